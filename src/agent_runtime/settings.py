@@ -1,0 +1,102 @@
+"""One settings class for the whole service; `os.environ` is read nowhere else."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_JWT_SECRET = "dev-insecure-secret-change-me-0123456789"
+DEMO_MODEL = "demo/agent"
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _default_data_dir() -> Path:
+    # Per-user data directory (XDG on Linux) so the embedded database survives restarts
+    # without the user configuring anything.
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("agent-runtime"))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    environment: Literal["development", "test", "production"] = "development"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    database_url: str | None = None
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    db_pool_min_size: int = Field(default=1, ge=0, le=100)
+    db_pool_max_size: int = Field(default=10, ge=1, le=200)
+
+    jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_default_ttl_seconds: int = Field(default=3600, ge=1)
+
+    max_request_bytes: int = Field(default=1_048_576, ge=1024)
+    page_max_limit: int = Field(default=100, ge=1, le=10_000)
+
+    llm_model: str | None = None
+    llm_api_base: str | None = None
+    deepseek_api_key: SecretStr | None = None
+    openai_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(default=60.0, gt=0)
+    llm_connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    llm_max_retries: int = Field(default=2, ge=0, le=10)
+    llm_retry_base_seconds: float = Field(default=0.5, ge=0)
+    llm_retry_max_seconds: float = Field(default=8.0, ge=0)
+    pricing_file: Path = PROJECT_ROOT / "config" / "pricing.yaml"
+
+    memory_max_messages: int = Field(default=20, ge=1)
+    memory_max_tokens: int = Field(default=8000, ge=1)
+
+    crewai_config_dir: Path = PROJECT_ROOT / "config" / "crewai"
+    run_timeout_seconds: float = Field(default=300.0, gt=0)
+    stage_max_json_retries: int = Field(default=2, ge=0, le=5)
+
+    @field_validator("llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _refuse_dev_secret_in_production(self) -> Settings:
+        if self.environment == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
+            raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
+        if self.db_pool_min_size > self.db_pool_max_size:
+            raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        return self
+
+    @property
+    def effective_llm_model(self) -> str:
+        """The configured model, or the offline demo model when no provider key is set."""
+        if self.llm_model:
+            return self.llm_model
+        if self.has_provider_key:
+            return "deepseek/deepseek-chat"
+        return DEMO_MODEL
+
+    @property
+    def has_provider_key(self) -> bool:
+        return self.deepseek_api_key is not None or self.openai_api_key is not None
+
+    @property
+    def is_demo_model(self) -> bool:
+        return self.effective_llm_model.startswith("demo/")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+__all__ = ["DEMO_MODEL", "DEV_JWT_SECRET", "PROJECT_ROOT", "Settings", "get_settings"]
