@@ -43,7 +43,6 @@ class Settings(BaseSettings):
     jwt_default_ttl_seconds: int = Field(default=3600, ge=1)
 
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
-    page_max_limit: int = Field(default=100, ge=1, le=10_000)
 
     llm_model: str | None = None
     llm_api_base: str | None = None

@@ -9,7 +9,7 @@ from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import langcodes
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
 
 def _bcp47(value: str) -> str:
@@ -74,15 +74,22 @@ class ProfileSettingsV2(BaseModel):
     safety: dict[str, Any] = Field(default_factory=dict)
 
 
-ProfileSettings = Annotated[ProfileSettingsV1 | ProfileSettingsV2, Field(discriminator="version")]
+def _missing_version_is_v1(value: object) -> object:
+    # Seed rule: settings stored before versioning have no "version" key and are v1.
+    if isinstance(value, dict) and "version" not in value:
+        return {**value, "version": 1}
+    return value
+
+
+ProfileSettings = Annotated[
+    ProfileSettingsV1 | ProfileSettingsV2, Field(discriminator="version"), BeforeValidator(_missing_version_is_v1)
+]
 LatestProfileSettings = ProfileSettingsV2
 SETTINGS_ADAPTER: TypeAdapter[ProfileSettingsV1 | ProfileSettingsV2] = TypeAdapter(ProfileSettings)
 
 
 def parse_profile_settings(raw: dict[str, Any] | None) -> ProfileSettingsV1 | ProfileSettingsV2:
-    payload = dict(raw or {})
-    payload.setdefault("version", 1)
-    return SETTINGS_ADAPTER.validate_python(payload)
+    return SETTINGS_ADAPTER.validate_python(raw or {})
 
 
 def upgrade_to_latest(settings: ProfileSettingsV1 | ProfileSettingsV2) -> ProfileSettingsV2:
@@ -99,7 +106,7 @@ class Profile(BaseModel):
     user_id: UUID
     username: str
     bio: str | None
-    settings: ProfileSettingsV1 | ProfileSettingsV2 = Field(discriminator="version")
+    settings: ProfileSettings
     created_at: datetime | None = Field(default=None, description="Null until the profile is first saved.")
     updated_at: datetime | None = None
 

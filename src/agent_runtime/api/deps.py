@@ -1,0 +1,41 @@
+"""FastAPI dependencies: the engine and the authenticated caller."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from agent_runtime.engine.auth import authenticate
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.pagination import DEFAULT_LIMIT, PageParams
+from agent_runtime.engine.runtime import RuntimeEngine
+
+MAX_PAGE_LIMIT = 100
+_bearer = HTTPBearer(auto_error=False, description="HS256 JWT whose `sub` is your user UUID (`agent-runtime token`).")
+
+
+def get_engine(request: Request) -> RuntimeEngine:
+    engine: RuntimeEngine = request.app.state.engine
+    return engine
+
+
+def get_context(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+) -> RequestContext:
+    header = f"{credentials.scheme} {credentials.credentials}" if credentials else request.headers.get("authorization")
+    engine: RuntimeEngine = request.app.state.engine
+    return authenticate(engine.settings, header)
+
+
+def get_page(
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_LIMIT, description="Page size (1-100).")] = DEFAULT_LIMIT,
+    offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0,
+) -> PageParams:
+    return PageParams(limit=limit, offset=offset)
+
+
+Engine = Annotated[RuntimeEngine, Depends(get_engine)]
+Caller = Annotated[RequestContext, Depends(get_context)]
+Paging = Annotated[PageParams, Depends(get_page)]

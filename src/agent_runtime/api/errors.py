@@ -1,0 +1,102 @@
+"""One JSON error shape for every 4xx/5xx, rendered by one set of handlers."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from agent_runtime.engine.errors import AppError, ErrorDetail
+from agent_runtime.logging_setup import request_id_var
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "validation_error",
+    429: "rate_limited",
+    503: "unavailable",
+}
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. not_found, validation_error, run_in_progress.")
+    message: str
+    details: list[ErrorDetail] = Field(default_factory=list)
+    request_id: str | None = None
+    error_id: str | None = Field(default=None, description="Set on server errors; also in the logs.")
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+def error_json(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    body = ErrorBody(code=code, message=message, request_id=request_id_var.get(), **extra)
+    return JSONResponse(status_code=status, content=ErrorResponse(error=body).model_dump(mode="json"))
+
+
+_DESCRIPTIONS = {
+    401: "Missing, invalid or expired bearer token.",
+    404: "Not found (also for resources owned by another user).",
+    409: "Conflict, e.g. a run is already in progress on this session.",
+    413: "Request body too large.",
+    422: "Invalid request: `details` names each offending field.",
+    503: "Not ready.",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries so that /docs shows the error shape for each status a route can return."""
+    return {s: {"model": ErrorResponse, "description": _DESCRIPTIONS.get(s, "Error.")} for s in statuses}
+
+
+async def _app_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return error_json(exc.status_code, exc.code, exc.message, details=exc.details, **exc.extra)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        ErrorDetail(loc=[str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], msg=e["msg"], type=e["type"])
+        for e in exc.errors()
+    ]
+    fields = ", ".join(".".join(str(p) for p in d.loc) for d in details)
+    return error_json(422, "validation_error", f"invalid request: {fields}", details=details)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = exc.detail if isinstance(exc.detail, str) else code
+    response = error_json(exc.status_code, code, message)
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+    error_id = uuid.uuid4().hex
+    log.exception("unhandled error", extra={"error_id": error_id})
+    return error_json(500, "internal_error", "internal server error", error_id=error_id)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, _app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

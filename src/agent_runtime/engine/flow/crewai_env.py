@@ -1,0 +1,95 @@
+"""The one place where CrewAI is configured for offline use and imported.
+
+CrewAI reads several environment variables at import time and at every flow start. Without them a
+flow start queries a package index for a version check, process exit waits ~12 s on a telemetry
+flush, telemetry replaces the SIGTERM/SIGINT handlers, and files land under the current directory's
+name in the user's data dir. So the variables are set here, before the first `import crewai`, and the
+modules that subclass CrewAI classes (`crew_llm`, `crew_flow`) call `require_crewai_env()` at import:
+the engine imports them lazily, after `load_crewai(data_dir)` (the import itself takes ~10 s of CPU on
+a small machine, so it must stay off the CLI's and the app factory's import path).
+
+The default thread pool matters too: CrewAI's agent executor is a `Flow` whose steps are sync methods
+run with `asyncio.to_thread`, and a step blocks its worker while the model answers (see `crew_llm`).
+`ensure_worker_threads` sizes the loop's default executor for the number of concurrent runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import ModuleType
+
+# Values CrewAI checks; "true"/"false" are the spellings its own code compares against.
+OFFLINE_ENV: dict[str, str] = {
+    "CREWAI_DISABLE_TELEMETRY": "true",
+    "OTEL_SDK_DISABLED": "true",
+    "CREWAI_TRACING_ENABLED": "false",
+    "CREWAI_DISABLE_VERSION_CHECK": "true",
+}
+STORAGE_ENV = "CREWAI_STORAGE_DIR"
+STORAGE_SUBDIR = "crewai"
+
+
+class CrewAIEnvError(RuntimeError):
+    """CrewAI was (or would be) imported without the offline environment."""
+
+
+def storage_dir_for(data_dir: Path) -> Path:
+    """The absolute CrewAI storage directory under the caller's data directory."""
+    # Absolute on purpose: CrewAI joins the value onto the user's data dir, and only an absolute
+    # path replaces that base instead of nesting under it.
+    return (data_dir / STORAGE_SUBDIR).expanduser().resolve()
+
+
+def configure_crewai_env(data_dir: Path) -> Path:
+    """Set CrewAI's offline environment variables; return the storage directory (created).
+
+    Idempotent for the same directory. Refuses a different directory once CrewAI is imported,
+    because CrewAI's storage paths are then already in use.
+    """
+    storage = storage_dir_for(data_dir)
+    current = os.environ.get(STORAGE_ENV)
+    if "crewai" in sys.modules and current != str(storage):
+        if current is None or not _flags_set():
+            raise CrewAIEnvError("crewai was imported before configure_crewai_env(); it may already be online")
+        raise CrewAIEnvError(f"CrewAI is already configured with storage {current!r}, not {str(storage)!r}")
+    storage.mkdir(parents=True, exist_ok=True)
+    os.environ.update(OFFLINE_ENV)
+    os.environ[STORAGE_ENV] = str(storage)
+    return storage
+
+
+def load_crewai(data_dir: Path) -> ModuleType:
+    """Configure the environment, then import CrewAI (slow: ~10 s CPU the first time)."""
+    configure_crewai_env(data_dir)
+    return importlib.import_module("crewai")
+
+
+def require_crewai_env() -> None:
+    """Raise unless `configure_crewai_env` ran in this process (called before importing crewai)."""
+    storage = os.environ.get(STORAGE_ENV)
+    if not _flags_set() or storage is None or not Path(storage).is_absolute():
+        raise CrewAIEnvError(
+            "call agent_runtime.engine.flow.crewai_env.load_crewai(data_dir) before importing the CrewAI flow modules"
+        )
+
+
+def ensure_worker_threads(loop: asyncio.AbstractEventLoop, workers: int) -> ThreadPoolExecutor:
+    """Give `loop` a default executor with `workers` threads (call once, in the lifespan).
+
+    Every CrewAI stage holds one worker thread while its model call is in flight (the executor's
+    steps are sync and bridge back to the loop), so the default `min(32, cpus + 4)` threads cap the
+    number of concurrent model calls: 6 on a 2-CPU box. Size it to at least the maximum number of
+    concurrent runs. The caller owns the returned pool and shuts it down at exit.
+    """
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crewai-step")
+    loop.set_default_executor(pool)
+    return pool
+
+
+def _flags_set() -> bool:
+    return all(os.environ.get(name) == value for name, value in OFFLINE_ENV.items())

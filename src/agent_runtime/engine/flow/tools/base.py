@@ -1,0 +1,113 @@
+"""The tool contract: a typed args model the LLM sees as an OpenAI function, and a run that never raises."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from agent_runtime.engine.profiles.models import UserAgentContext
+
+logger = logging.getLogger(__name__)
+
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+DEFAULT_TOOL_TIMEOUT_SECONDS = 5.0
+
+
+class ToolArgs(BaseModel):
+    # Unknown arguments are an error rather than ignored: the model must learn that, say, current_time
+    # takes no timezone argument instead of believing it asked for one.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ToolOutcome(BaseModel):
+    """What goes back to the model as the tool message; `content` is always JSON text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    content: str
+    error: str | None = None
+
+    @model_validator(mode="after")
+    def _error_iff_failed(self) -> ToolOutcome:
+        if self.ok == (self.error is not None):
+            raise ValueError("error must be set exactly when ok is false")
+        return self
+
+    @classmethod
+    def failure(cls, error: str) -> ToolOutcome:
+        return cls(ok=False, content=json.dumps({"error": error}, ensure_ascii=False), error=error)
+
+
+class OpenAIFunction(BaseModel):
+    name: str
+    description: str
+    # A JSON Schema document: open-ended by definition, produced by Pydantic from the args model.
+    parameters: dict[str, Any]
+
+
+class OpenAITool(BaseModel):
+    type: Literal["function"] = "function"
+    function: OpenAIFunction
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(part) for part in err["loc"])
+        parts.append(f"{loc}: {err['msg']}" if loc else str(err["msg"]))
+    return "invalid arguments: " + "; ".join(parts)
+
+
+class Tool(ABC, Generic[ArgsT]):
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        args_model: type[ArgsT],
+        timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.args_model = args_model
+        self.timeout_seconds = timeout_seconds
+
+    def openai_schema(self) -> OpenAITool:
+        return OpenAITool(
+            function=OpenAIFunction(
+                name=self.name, description=self.description, parameters=self.args_model.model_json_schema()
+            )
+        )
+
+    @abstractmethod
+    async def execute(self, args: ArgsT, ctx: UserAgentContext) -> BaseModel:
+        """Do the work; raise ToolError for an expected failure the model should see."""
+
+    async def run(self, args_json: str, ctx: UserAgentContext) -> ToolOutcome:
+        # Models often send an empty string instead of "{}" for a function without parameters.
+        try:
+            args = self.args_model.model_validate_json(args_json if args_json.strip() else "{}")
+        except ValidationError as exc:
+            return ToolOutcome.failure(_validation_message(exc))
+        try:
+            result = await asyncio.wait_for(self.execute(args, ctx), timeout=self.timeout_seconds)
+        except ToolError as exc:
+            return ToolOutcome.failure(str(exc))
+        except TimeoutError:
+            return ToolOutcome.failure(f"{self.name} timed out after {self.timeout_seconds:g} s")
+        except Exception:
+            # A bug in a tool must not end the run; the model is told the tool failed and can carry on.
+            logger.exception("tool %s failed", self.name)
+            return ToolOutcome.failure(f"{self.name} failed with an internal error")
+        return ToolOutcome(ok=True, content=result.model_dump_json())
+
+
+class ToolError(Exception):
+    """An expected tool failure whose message is safe and useful to show the model."""

@@ -1,0 +1,75 @@
+"""RuntimeEngine: the one object the HTTP layer talks to. It owns the pool and every service."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import asyncpg
+
+from agent_runtime.db.embedded import EmbeddedPostgres
+from agent_runtime.db.migrations import apply_migrations
+from agent_runtime.db.pool import create_pool
+from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RuntimeEngine:
+    settings: Settings
+    pool: asyncpg.Pool
+    profiles: ProfileService = field(init=False)
+    sessions: SessionService = field(init=False)
+    messages: MessageStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.profiles = ProfileService(self.pool)
+        self.sessions = SessionService(
+            self.pool,
+            self.profiles,
+            model=self.settings.effective_llm_model,
+            stale_run_after=timedelta(seconds=2 * self.settings.run_timeout_seconds),
+        )
+        self.messages = MessageStore(self.pool)
+
+    async def is_ready(self) -> bool:
+        try:
+            return await self.pool.fetchval("SELECT 1", timeout=2) == 1
+        except (OSError, asyncpg.PostgresError, TimeoutError):
+            return False
+
+
+@dataclass
+class EngineResources:
+    """What start-up created and shutdown must release, in reverse order."""
+
+    engine: RuntimeEngine
+    embedded: EmbeddedPostgres | None
+
+    async def close(self) -> None:
+        await self.engine.pool.close()
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+async def open_engine(settings: Settings) -> EngineResources:
+    embedded: EmbeddedPostgres | None = None
+    dsn = settings.database_url
+    if dsn is None:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        dsn = embedded.start()
+        log.info("DATABASE_URL is unset: using embedded PostgreSQL", extra={"data_dir": str(embedded.pgdata)})
+    try:
+        report = await apply_migrations(dsn)
+        log.info("migrations", extra={"applied": report.applied, "already_applied": len(report.already_applied)})
+        pool = await create_pool(dsn, min_size=settings.db_pool_min_size, max_size=settings.db_pool_max_size)
+    except BaseException:
+        if embedded is not None:
+            embedded.stop()
+        raise
+    return EngineResources(engine=RuntimeEngine(settings=settings, pool=pool), embedded=embedded)

@@ -1,0 +1,62 @@
+"""Session models: what the API returns and accepts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SessionStatus = Literal["pending", "running", "completed", "failed"]
+TITLE_MAX_LEN = 64
+DEFAULT_TITLE = "新会话"
+
+
+def build_session_title(first_user_input: str, max_len: int = TITLE_MAX_LEN) -> str:
+    """Seed rule: trim, newlines to spaces, cut to 64 chars, fall back to "新会话"."""
+    normalized = " ".join(first_user_input.strip().splitlines()).strip()
+    return normalized[:max_len].strip() or DEFAULT_TITLE
+
+
+class StateSnapshot(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    status: SessionStatus
+    run_id: str | None = None
+    error_id: str | None = None
+
+
+class Session(BaseModel):
+    id: UUID
+    title: str | None
+    status: SessionStatus
+    state_snapshot: StateSnapshot
+    error_id: str | None = Field(description="Set when the last run failed; also in the logs and the RUN_ERROR event.")
+    billing_currency: Literal["CNY"]
+    billing_country_snapshot: str = Field(description="The caller's profile country when the session was created.")
+    model: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class _TitleInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("title", mode="after", check_fields=False)
+    @classmethod
+    def _normalize_title(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        normalized = " ".join(value.split())
+        if not normalized:
+            raise ValueError("title must not be blank")
+        return normalized
+
+
+class SessionCreate(_TitleInput):
+    title: str | None = Field(default=None, max_length=200, description="Optional; else set from the first message.")
+
+
+class SessionUpdate(_TitleInput):
+    title: str = Field(max_length=200)

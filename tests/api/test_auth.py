@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import uuid4
+
+import httpx
+import jwt
+import pytest
+
+from agent_runtime.engine.auth import mint_token
+from agent_runtime.settings import Settings
+from tests.conftest import TEST_JWT_SECRET
+
+PROTECTED = [
+    ("GET", "/v1/profile"),
+    ("PUT", "/v1/profile"),
+    ("POST", "/v1/sessions"),
+    ("GET", "/v1/sessions"),
+    ("GET", f"/v1/sessions/{uuid4()}"),
+    ("PATCH", f"/v1/sessions/{uuid4()}"),
+    ("DELETE", f"/v1/sessions/{uuid4()}"),
+    ("GET", f"/v1/sessions/{uuid4()}/messages"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+async def test_missing_token_is_401(client: httpx.AsyncClient, method: str, path: str) -> None:
+    response = await client.request(method, path, json={} if method in ("PUT", "PATCH", "POST") else None)
+    assert response.status_code == 401
+    body = response.json()["error"]
+    assert body["code"] == "unauthorized"
+    assert body["message"] == "missing Authorization header (expected 'Bearer <token>')"
+
+
+@pytest.mark.parametrize(("method", "path"), PROTECTED)
+async def test_bad_token_is_401(client: httpx.AsyncClient, method: str, path: str) -> None:
+    response = await client.request(method, path, headers={"Authorization": "Bearer not-a-jwt"})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthorized"
+
+
+def _token(claims: dict[str, object], secret: str = TEST_JWT_SECRET) -> dict[str, str]:
+    return {"Authorization": f"Bearer {jwt.encode(claims, secret, algorithm='HS256')}"}
+
+
+async def test_expired_token_is_401(client: httpx.AsyncClient, settings: Settings) -> None:
+    token = mint_token(settings, uuid4(), ttl=timedelta(seconds=-10))
+    response = await client.get("/v1/profile", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "token expired"
+
+
+async def test_wrong_secret_sub_and_scheme_are_401(client: httpx.AsyncClient) -> None:
+    exp = 4_102_444_800
+    cases = [
+        _token({"sub": str(uuid4()), "exp": exp}, secret="another-secret-another-secret-1234"),
+        _token({"sub": "not-a-uuid", "exp": exp}),
+        _token({"sub": str(uuid4())}),  # no exp
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+    ]
+    for headers in cases:
+        response = await client.get("/v1/profile", headers=headers)
+        assert response.status_code == 401, headers
+
+
+async def test_issuer_and_audience_checked_when_configured(settings: Settings) -> None:
+    from agent_runtime.engine.auth import authenticate
+    from agent_runtime.engine.errors import UnauthorizedError
+
+    strict = settings.model_copy(update={"jwt_issuer": "https://issuer.example", "jwt_audience": "agent-runtime"})
+    user_id = uuid4()
+    ok = mint_token(strict, user_id)
+    assert authenticate(strict, f"Bearer {ok}").user_id == user_id
+    foreign = mint_token(settings, user_id)  # no iss/aud
+    with pytest.raises(UnauthorizedError):
+        authenticate(strict, f"Bearer {foreign}")
+
+
+async def test_health_and_docs_are_public(client: httpx.AsyncClient) -> None:
+    for path in ("/health/live", "/health/ready", "/docs", "/openapi.json"):
+        assert (await client.get(path)).status_code == 200, path
