@@ -17,7 +17,7 @@ from agent_runtime.engine.auth import mint_token
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.settings import Settings
-from tests.support.database import TestServer, create_database, drop_database, find_server
+from tests.support.database import PgServer, create_database, drop_database, find_server
 
 TEST_JWT_SECRET = "test-secret-for-agent-runtime-0123456789abcdef"
 
@@ -26,7 +26,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @pytest.fixture(scope="session")
-async def pg_server() -> AsyncIterator[TestServer]:
+async def pg_server() -> AsyncIterator[PgServer]:
     server = await find_server()
     yield server
     if server.embedded is not None:
@@ -34,7 +34,7 @@ async def pg_server() -> AsyncIterator[TestServer]:
 
 
 @pytest.fixture(scope="session")
-async def database_url(pg_server: TestServer) -> AsyncIterator[str]:
+async def database_url(pg_server: PgServer) -> AsyncIterator[str]:
     name = await create_database(pg_server)
     url = pg_server.url_for(name)
     await apply_migrations(url)

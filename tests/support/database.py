@@ -19,7 +19,7 @@ LOCAL_SERVER = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @dataclass
-class TestServer:
+class PgServer:
     admin_url: str
     embedded: EmbeddedPostgres | None
 
@@ -38,17 +38,17 @@ async def _answers(url: str) -> bool:
     return True
 
 
-async def find_server() -> TestServer:
+async def find_server() -> PgServer:
     explicit = os.environ.get("TEST_DATABASE_URL")
     if explicit:
-        return TestServer(admin_url=explicit, embedded=None)
+        return PgServer(admin_url=explicit, embedded=None)
     if await _answers(LOCAL_SERVER):
-        return TestServer(admin_url=LOCAL_SERVER, embedded=None)
+        return PgServer(admin_url=LOCAL_SERVER, embedded=None)
     embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="agent-runtime-test-pg-")))
-    return TestServer(admin_url=embedded.start(), embedded=embedded)
+    return PgServer(admin_url=embedded.start(), embedded=embedded)
 
 
-async def create_database(server: TestServer, prefix: str = "agent_runtime_test") -> str:
+async def create_database(server: PgServer, prefix: str = "agent_runtime_test") -> str:
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(server.admin_url)
     try:
@@ -58,7 +58,7 @@ async def create_database(server: TestServer, prefix: str = "agent_runtime_test"
     return name
 
 
-async def drop_database(server: TestServer, name: str) -> None:
+async def drop_database(server: PgServer, name: str) -> None:
     conn = await asyncpg.connect(server.admin_url)
     try:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

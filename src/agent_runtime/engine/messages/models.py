@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime.engine.messages.metadata import MessageMetadata
+from agent_runtime.engine.money import Money
 
 Role = Literal["user", "assistant", "system", "tool"]
 
@@ -42,6 +43,6 @@ class StoredMessage(BaseModel):
     metadata: MessageMetadata
     input_tokens: int
     output_tokens: int
-    cost: Decimal
+    cost: Money
     currency: str
     created_at: datetime

@@ -151,7 +151,7 @@ class SessionService:
             f"""
             UPDATE agent_chat_sessions
                SET status = 'running', run_id = $3, run_started_at = now(), error_id = NULL, updated_at = now(),
-                   state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $3::text,
+                   state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $5::text,
                                                                          'error_id', NULL)
              WHERE id = $1 AND user_id = $2
                AND (status <> 'running' OR run_started_at < now() - $4::interval)
@@ -161,6 +161,7 @@ class SessionService:
             ctx.user_id,
             run_id,
             self._stale_run_after,
+            str(run_id),
         )
         if row is not None:
             return row_to_session(row)

@@ -14,7 +14,7 @@ from agent_runtime.engine.profiles.models import UserAgentContext
 
 logger = logging.getLogger(__name__)
 
-ArgsT = TypeVar("ArgsT", bound=BaseModel)
+ArgsT = TypeVar("ArgsT", bound="ToolArgs")
 
 DEFAULT_TOOL_TIMEOUT_SECONDS = 5.0
 

@@ -1,0 +1,439 @@
+"""A CrewAI LLM that hands every model call to our own async LLM layer (`engine/llm`).
+
+Why: given a model string, CrewAI calls DeepSeek/OpenAI through its own native SDK clients and so
+bypasses LiteLLM, our usage/cost capture, our retries and the offline demo model. `DelegatingLLM` is a
+`BaseLLM` subclass (the extension point CrewAI documents for custom models) whose `call`/`acall` only
+translate between CrewAI's calling convention and two small models, `ModelCall` -> `ModelReply`,
+handled by an `async def call_model(request: ModelCall) -> ModelReply` the caller provides.
+
+What CrewAI passes (read in crewai 1.15.30; re-check on upgrade):
+- `messages`: a list of OpenAI-style dicts (role/content, `tool_calls` on assistant turns, `tool_call_id`
+  and `name` on tool turns), sometimes with CrewAI-private keys (a cache-breakpoint flag,
+  `raw_tool_call_parts`, `files`); a plain string means one user message. We forward only the OpenAI keys.
+- Native tools (`agents/agent_executor.py: call_llm_native_tools`, used when `supports_function_calling()`
+  is true, which `BaseLLM` does not define, so we must): `tools=[{"type": "function", "function":
+  {..., "strict": True}}]`, `available_functions=None`, `response_model=None`. The executor expects the
+  model's tool calls back as a list in OpenAI shape (`[{"id", "type": "function", "function": {"name",
+  "arguments"}}]`, see `utilities/agent_utils.py: is_tool_call_list/extract_tool_call_info`); it then
+  appends the assistant tool-call turn and one `{"role": "tool", "tool_call_id": <the model's id>}` turn
+  per call and calls us again. A string is the final answer.
+- `response_model=Model` (tool-less stages with `Agent.kickoff_async(..., response_format=Model)` or a
+  task's `output_pydantic`; also the `Converter`): the parsed model instance is expected back (the
+  executor accepts a `BaseModel` answer as the final one). Native providers turn this into a
+  `json_schema` response format, which DeepSeek rejects with HTTP 400; here it never reaches the wire:
+  `ModelCall` has no response format at all, only `json_mode` (our layer sends `{"type":
+  "json_object"}`), and unless told the prompt already has it (`inject_schema=False`, as the YAML task
+  templates render `{output_schema}`), the schema is appended to the stage's request, the last user
+  message (JSON mode needs the word "json" in the prompt anyway).
+- `available_functions` is non-None only for CrewAI's planning/reasoning helpers, which ask the LLM to run
+  the tool itself. Our agents never enable planning; such a call fails loudly instead of half-working.
+- The executor's step methods are sync and run on worker threads (`Flow._execute_method` ->
+  `asyncio.to_thread`), and its only model entry point is the sync `get_llm_response` -> `llm.call`
+  (`aget_llm_response` exists but nothing calls it). `acall` is used only by the async `Converter` and by
+  context summarisation. So `call` is the hot path, and it runs on a thread while our LLM layer (aiohttp
+  sessions, the database pool) lives on the event loop.
+
+Structured output: a stage declares its contract (`output_model`). Every final answer (no tool calls) of
+that stage is validated here; invalid JSON is answered with a repair turn and asked again, at most
+`max_json_retries` times, then `StageOutputError`. Doing it here rather than letting CrewAI do it keeps
+it bounded and visible: CrewAI's own fallback for a tool stage's bad final answer is a `Converter` call
+whose failure is swallowed (the output's `pydantic` is then silently `None`).
+
+Retries: `BaseLLM.__init_subclass__` wraps `call`/`acall` in CrewAI's rate-limit retry (3 attempts, 1-8 s
+`time.sleep` on a worker thread). Our LLM layer already retries, so the methods carry CrewAI's own
+"already wrapped" marker and are left unwrapped: one failure policy, in one place.
+
+Per-run correlation and observation: build one `DelegatingLLM` per stage per run (`for_stage`, ~0.1 ms,
+no SDK client, no SSL context). The `call_model` closure it gets is bound to the run, and `ModelCall.stage`
+names the stage, so usage rows, audit rows and token streaming belong to the run without contextvars or
+CrewAI's process-wide event bus. Tool calls are observed here with the model's own ids: `ToolCallObserved`
+when the model asks for a call, `ToolResultObserved` when the next model call carries the tool turn with
+that `tool_call_id` (the executor always calls the model again after a tool batch), plus
+`observe_messages()` for the stage's final transcript (a `result_as_answer` tool or an error ends the loop
+without another model call). CrewAI's `ToolUsage*Event`s carry no tool-call id and go to a global bus,
+so they are not used. Only ids this instance saw the model produce are reported; tool turns from the
+session history are not.
+
+Cancellation: `close()` cancels in-flight calls (the worker thread gets `StageCancelledError` right away)
+and makes later calls fail, so a cancelled run stops calling the model even though CrewAI's threads
+cannot be interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from agent_runtime.engine.errors import UpstreamError
+from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.messages.metadata import ToolCallSpec
+
+require_crewai_env()
+
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
+
+if TYPE_CHECKING:
+    from crewai.agents.agent_builder.base_agent import BaseAgent
+    from crewai.task import Task
+    from crewai.tools.base_tool import BaseTool
+    from crewai.utilities.types import LLMMessage
+
+# The OpenAI chat message keys our LLM layer understands; CrewAI adds private ones we must not forward.
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+_REPAIR_ERROR_CHARS = 600
+# Big enough that CrewAI never defers a tool result to a temp file nor summarises on its own: the
+# memory window (engine/memory) owns the context budget.
+_CONTEXT_WINDOW_TOKENS = 128_000
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class ModelCall(BaseModel):
+    """One request to our LLM layer."""
+
+    # Adapter boundary: CrewAI hands us OpenAI-style message dicts (TypedDicts with optional keys), and
+    # the LLM layer sends them on as they are; a typed union of message models would only be re-dumped.
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI function-tool schemas.")
+    json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
+    stage: str
+    attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
+
+
+class ModelReply(BaseModel):
+    content: str | None = None
+    # The stored tool_call row's shape: id, name and the arguments JSON text exactly as the model produced it.
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+
+
+CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
+
+
+class ToolCallObserved(BaseModel):
+    kind: Literal["tool_call"] = "tool_call"
+    stage: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolResultObserved(BaseModel):
+    kind: Literal["tool_result"] = "tool_result"
+    stage: str
+    call_id: str
+    name: str
+    content: str
+
+
+AdapterEvent = ToolCallObserved | ToolResultObserved
+# Called on the event-loop thread; it must not block (enqueue and return).
+EventSink = Callable[[AdapterEvent], None]
+
+
+class StageOutputError(UpstreamError):
+    """The model kept answering a stage with output that does not validate against its contract."""
+
+    code = "invalid_model_output"
+
+
+class StageCancelledError(RuntimeError):
+    """The run was closed while (or before) a model call of this stage was in flight."""
+
+
+def _without_crewai_retry(method: _F) -> _F:
+    # BaseLLM.__init_subclass__ skips methods carrying this marker (crewai/llms/base_llm.py).
+    method._crewai_rate_limit_wrapped = True  # type: ignore[attr-defined]
+    return method
+
+
+class DelegatingLLM(BaseLLM):  # type: ignore[misc]
+    """One stage of one run; see the module docstring. Build it with `for_stage` on the event loop."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    llm_type: str = "delegating"
+    stage: str
+    output_model: type[BaseModel] | None = None
+    max_json_retries: int = Field(default=2, ge=0)
+    inject_schema: bool = True
+
+    _call_model: CallModel | None = PrivateAttr(default=None)
+    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+    _sink: EventSink | None = PrivateAttr(default=None)
+    _issued_calls: dict[str, str] = PrivateAttr(default_factory=dict)
+    _reported_results: set[str] = PrivateAttr(default_factory=set)
+    _inflight: set[concurrent.futures.Future[Any]] = PrivateAttr(default_factory=set)
+    _closed: bool = PrivateAttr(default=False)
+
+    @classmethod
+    def for_stage(
+        cls,
+        call_model: CallModel,
+        *,
+        stage: str,
+        model: str,
+        output_model: type[BaseModel] | None = None,
+        sink: EventSink | None = None,
+        max_json_retries: int = 2,
+        inject_schema: bool = True,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> DelegatingLLM:
+        """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`)."""
+        llm = cls(
+            model=model,
+            stage=stage,
+            output_model=output_model,
+            max_json_retries=max_json_retries,
+            inject_schema=inject_schema,
+        )
+        llm._call_model = call_model
+        llm._loop = loop or asyncio.get_running_loop()
+        llm._sink = sink
+        return llm
+
+    # -- what CrewAI asks of a model -----------------------------------------------------------------
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+    def supports_stop_words(self) -> bool:
+        # Native tool calling and JSON answers need no ReAct stop words ("\nObservation:").
+        return False
+
+    def get_context_window_size(self) -> int:
+        return _CONTEXT_WINDOW_TOKENS
+
+    def get_input_tokens_count(
+        self,
+        messages: str | list[LLMMessage],
+        tools: list[dict[str, BaseTool]] | None = None,
+        response_model: type[BaseModel] | None = None,
+    ) -> int:
+        # Same 4-chars-per-token estimate as BaseLLM, without its warning on every call.
+        text = messages if isinstance(messages, str) else "".join(str(m.get("content") or "") for m in messages)
+        return (len(text) + 3) // 4
+
+    @_without_crewai_retry
+    def call(
+        self,
+        messages: str | list[LLMMessage],
+        tools: list[dict[str, BaseTool]] | None = None,
+        callbacks: list[Any] | None = None,
+        available_functions: dict[str, Any] | None = None,
+        from_task: Task | None = None,
+        from_agent: BaseAgent | None = None,
+        response_model: type[BaseModel] | None = None,
+    ) -> str | Any:
+        """Sync entry point, called by CrewAI's executor from a worker thread."""
+        _refuse_available_functions(available_functions)
+        loop = self._require_loop()
+        if _running_loop() is loop:
+            raise RuntimeError("DelegatingLLM.call() on the event-loop thread would deadlock; CrewAI should use acall()")
+        if self._closed:
+            raise StageCancelledError(f"stage {self.stage!r}: the run was closed")
+        # The library offers no async API on this path (see the module docstring), so the worker thread
+        # hands the coroutine to the loop that owns our LLM layer and waits for it.
+        future = asyncio.run_coroutine_threadsafe(self._complete(messages, tools, response_model), loop)
+        self._inflight.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as exc:
+            raise StageCancelledError(f"stage {self.stage!r}: the model call was cancelled") from exc
+        finally:
+            self._inflight.discard(future)
+
+    @_without_crewai_retry
+    async def acall(
+        self,
+        messages: str | list[LLMMessage],
+        tools: list[dict[str, BaseTool]] | None = None,
+        callbacks: list[Any] | None = None,
+        available_functions: dict[str, Any] | None = None,
+        from_task: Task | None = None,
+        from_agent: BaseAgent | None = None,
+        response_model: type[BaseModel] | None = None,
+    ) -> str | Any:
+        _refuse_available_functions(available_functions)
+        if self._closed:
+            raise StageCancelledError(f"stage {self.stage!r}: the run was closed")
+        return await self._complete(messages, tools, response_model)
+
+    # -- run control and observation -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel in-flight model calls and refuse new ones (idempotent, any thread)."""
+        self._closed = True
+        for future in list(self._inflight):
+            future.cancel()
+
+    def observe_messages(self, messages: list[dict[str, Any]] | list[LLMMessage]) -> None:
+        """Report tool results in `messages` not reported yet (call on the loop, e.g. at stage end)."""
+        for message in messages:
+            if message.get("role") != "tool":
+                continue
+            call_id = str(message.get("tool_call_id") or "")
+            if call_id not in self._issued_calls or call_id in self._reported_results:
+                continue
+            self._reported_results.add(call_id)
+            content = message.get("content")
+            self._emit(
+                ToolResultObserved(
+                    stage=self.stage,
+                    call_id=call_id,
+                    name=self._issued_calls[call_id],
+                    content=content if isinstance(content, str) else json.dumps(content, ensure_ascii=False),
+                )
+            )
+
+    # -- the one code path ---------------------------------------------------------------------------
+
+    async def _complete(
+        self,
+        messages: str | list[LLMMessage],
+        tools: list[dict[str, BaseTool]] | None,
+        response_model: type[BaseModel] | None,
+    ) -> str | BaseModel | list[dict[str, Any]]:
+        call_model = self._call_model
+        if call_model is None:
+            raise RuntimeError("DelegatingLLM was built without call_model; use DelegatingLLM.for_stage()")
+        wire = _wire_messages(messages)
+        self.observe_messages(wire)
+        contract = response_model or self.output_model
+        if contract is not None and self.inject_schema:
+            wire = _with_schema_instruction(wire, contract)
+        wire_tools = _wire_tools(tools)
+
+        conversation = wire
+        attempt = 0
+        while True:
+            request = ModelCall(
+                messages=conversation, tools=wire_tools, json_mode=contract is not None, stage=self.stage, attempt=attempt
+            )
+            reply = await call_model(request)
+            if reply.tool_calls and wire_tools:
+                return self._hand_over_tool_calls(reply.tool_calls)
+            content = reply.content or ""
+            if contract is None:
+                return content
+            try:
+                parsed = contract.model_validate_json(_strip_code_fence(content))
+            except ValidationError as exc:
+                if attempt >= self.max_json_retries:
+                    raise StageOutputError(
+                        f"stage {self.stage!r}: the model's answer did not match {contract.__name__} "
+                        f"after {attempt + 1} attempts",
+                        extra={"stage": self.stage, "attempts": attempt + 1},
+                    ) from exc
+                attempt += 1
+                conversation = [
+                    *conversation,
+                    {"role": "assistant", "content": content},
+                    {"role": "user", "content": _repair_instruction(exc)},
+                ]
+                continue
+            # CrewAI wants the instance when it asked for a model; a tool stage's final answer goes back as
+            # text and CrewAI validates it again into the kickoff's response_format (cheap, always valid).
+            return parsed if response_model is not None else parsed.model_dump_json()
+
+    def _hand_over_tool_calls(self, tool_calls: list[ToolCallSpec]) -> list[dict[str, Any]]:
+        for tool_call in tool_calls:
+            self._issued_calls[tool_call.id] = tool_call.name
+            self._emit(
+                ToolCallObserved(stage=self.stage, call_id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments)
+            )
+        return [
+            {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            for call in tool_calls
+        ]
+
+    def _emit(self, event: AdapterEvent) -> None:
+        if self._sink is not None:
+            self._sink(event)
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("DelegatingLLM was built without an event loop; use DelegatingLLM.for_stage()")
+        return self._loop
+
+
+def _refuse_available_functions(available_functions: dict[str, Any] | None) -> None:
+    if available_functions:
+        raise NotImplementedError(
+            "DelegatingLLM returns tool calls to CrewAI's executor; LLM-side tool execution "
+            "(available_functions, used by CrewAI planning/reasoning) is not supported: disable planning"
+        )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _wire_messages(messages: str | list[LLMMessage]) -> list[dict[str, Any]]:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return [{key: value for key, value in message.items() if key in _MESSAGE_KEYS} for message in messages]
+
+
+def _wire_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    if not tools:
+        return None
+    # CrewAI marks every function "strict"; strict mode needs schemas CrewAI does not guarantee
+    # (all properties required, additionalProperties false) and DeepSeek only knows it in beta.
+    cleaned: list[dict[str, Any]] = []
+    for tool in tools:
+        function = {key: value for key, value in dict(tool.get("function", {})).items() if key != "strict"}
+        cleaned.append({**tool, "function": function})
+    return cleaned
+
+
+def schema_instruction(contract: type[BaseModel]) -> str:
+    """The JSON-mode instruction added to a stage's system message (public for prompt tests)."""
+    schema = json.dumps(contract.model_json_schema(), ensure_ascii=False, separators=(",", ":"))
+    return (
+        "Answer with exactly one JSON object, no prose and no code fences, "
+        f"that validates against this JSON schema:\n{schema}"
+    )
+
+
+def _with_schema_instruction(messages: list[dict[str, Any]], contract: type[BaseModel]) -> list[dict[str, Any]]:
+    # Appended to the last user message (the stage's request; tool turns come after it): the system
+    # message and the history stay byte-identical across stages, so the provider's prefix cache keeps
+    # hitting on them. Skipped when the request already carries the instruction (e.g. a YAML template).
+    instruction = schema_instruction(contract)
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and instruction in content:
+            return messages
+        merged = {**message, "content": f"{content or ''}\n\n{instruction}"}
+        return [*messages[:index], merged, *messages[index + 1 :]]
+    return [*messages, {"role": "user", "content": instruction}]
+
+
+def _strip_code_fence(content: str) -> str:
+    text = content.strip()
+    if text.startswith("```") and text.endswith("```"):
+        text = text[3:-3]
+        if text.startswith("json"):
+            text = text[4:]
+    return text.strip()
+
+
+def _repair_instruction(error: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors()
+    )
+    return (
+        "Your previous answer could not be used: "
+        f"{problems[:_REPAIR_ERROR_CHARS]}. Answer again with only the JSON object that matches the schema."
+    )

@@ -1,0 +1,229 @@
+"""CrewAI agent/task templates from config/crewai/{agents,tasks}.yaml, validated once at start-up.
+
+Placeholders use `str.format` syntax (`{name}`). Agent texts (role, goal, backstory) take no placeholders:
+they are the stable part of every prompt. Each stage's task texts may use exactly the fields of that
+stage's variables model plus `{output_schema}` (the stage contract's JSON schema):
+
+    intent:        user_input, history, ai_language, output_schema
+    execution:     user_input, intent_summary, execution_brief, ai_language, output_schema
+    organization:  user_input, intent_summary, execution_report, ai_language, output_schema
+
+Rendering is safe against user text containing braces: only the template (our YAML) is parsed for
+placeholders; user values are substituted as values and never parsed again. Placeholders may not carry
+attribute/index access, conversions or format specs, so a template cannot reach into objects or ask for
+a 10**9-character padding.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
+from agent_runtime.engine.flow.tools import BUILTIN_TOOLS
+from agent_runtime.engine.profiles.models import LanguageTag
+
+AGENTS_FILE = "agents.yaml"
+TASKS_FILE = "tasks.yaml"
+# Tools only for execution: intent and organization answer in one structured reply, which keeps the
+# short-circuit path a single model call and lets the runner stream assistant_text from it.
+TOOL_STAGES: frozenset[StageName] = frozenset({"execution"})
+
+
+class TemplateConfigError(ValueError):
+    """The CrewAI YAML configuration is invalid; the message names the file and the key."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AgentTemplate(_Frozen):
+    role: str = Field(min_length=1)
+    goal: str = Field(min_length=1)
+    backstory: str = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+
+
+class TaskTemplate(_Frozen):
+    description: str = Field(min_length=1)
+    expected_output: str = Field(min_length=1)
+
+
+class StageTemplates(_Frozen):
+    agent: AgentTemplate
+    task: TaskTemplate
+
+
+class FlowTemplates(_Frozen):
+    intent: StageTemplates
+    execution: StageTemplates
+    organization: StageTemplates
+
+    def stage(self, name: StageName) -> StageTemplates:
+        return {"intent": self.intent, "execution": self.execution, "organization": self.organization}[name]
+
+
+_FileModel = TypeVar("_FileModel", "_AgentsFile", "_TasksFile")
+
+
+class _AgentsFile(_Frozen):
+    intent: AgentTemplate
+    execution: AgentTemplate
+    organization: AgentTemplate
+
+
+class _TasksFile(_Frozen):
+    intent: TaskTemplate
+    execution: TaskTemplate
+    organization: TaskTemplate
+
+
+class HistoryTurn(_Frozen):
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class _StageVariables(_Frozen):
+    stage: ClassVar[StageName]
+    # The task template names what it must contain to be usable; anything else is optional.
+    required: ClassVar[frozenset[str]]
+
+    user_input: str
+    ai_language: LanguageTag
+
+    @classmethod
+    def placeholders(cls) -> frozenset[str]:
+        return frozenset(cls.model_fields) | {"output_schema"}
+
+    def template_values(self) -> dict[str, str]:
+        # Every value is JSON text: strings arrive quoted and escaped, so a user message cannot fake the end
+        # of its own section of the prompt; structured values (history, reports) are JSON anyway.
+        values = {name: json.dumps(value, ensure_ascii=False) for name, value in self.model_dump(mode="json").items()}
+        schema = STAGE_CONTRACTS[self.stage].model_json_schema()
+        values["output_schema"] = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        return values
+
+
+class IntentVariables(_StageVariables):
+    stage: ClassVar[StageName] = "intent"
+    required: ClassVar[frozenset[str]] = frozenset({"user_input", "ai_language", "output_schema"})
+
+    history: list[HistoryTurn] = Field(default_factory=list)
+
+
+class ExecutionVariables(_StageVariables):
+    stage: ClassVar[StageName] = "execution"
+    required: ClassVar[frozenset[str]] = frozenset({"execution_brief", "output_schema"})
+
+    intent_summary: str
+    execution_brief: str
+
+
+class OrganizationVariables(_StageVariables):
+    stage: ClassVar[StageName] = "organization"
+    required: ClassVar[frozenset[str]] = frozenset({"execution_report", "ai_language", "output_schema"})
+
+    intent_summary: str
+    execution_report: ExecutionResult
+
+
+StageVariables = IntentVariables | ExecutionVariables | OrganizationVariables
+STAGE_VARIABLES: dict[StageName, type[StageVariables]] = {
+    "intent": IntentVariables,
+    "execution": ExecutionVariables,
+    "organization": OrganizationVariables,
+}
+
+
+def render_template(template: str, values: Mapping[str, str]) -> str:
+    """Fill a validated template; `values` are inserted verbatim and never re-parsed."""
+    return template.format_map(values)
+
+
+def _placeholders(file: Path, key: str, template: str, allowed: frozenset[str]) -> frozenset[str]:
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        message = f"{file}: {key}: malformed template ({exc}); write literal braces as {{{{ and }}}}"
+        raise TemplateConfigError(message) from None
+    found: set[str] = set()
+    for _literal, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if name not in allowed:
+            raise TemplateConfigError(f"{file}: {key}: unknown placeholder {shown}")
+        if spec or conversion:
+            raise TemplateConfigError(f"{file}: {key}: placeholder {shown} must not have a conversion or a format spec")
+        found.add(name)
+    return frozenset(found)
+
+
+def _load_yaml(file: Path) -> object:
+    try:
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TemplateConfigError(f"{file}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TemplateConfigError(f"{file}: invalid YAML: {exc}") from None
+
+
+def _parse(file: Path, model: type[_FileModel]) -> _FileModel:
+    try:
+        return model.model_validate(_load_yaml(file))
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            key = ".".join(str(part) for part in err["loc"])
+            problems.append(f"{file}: {key}: {err['msg']}" if key else f"{file}: {err['msg']}")
+        raise TemplateConfigError("; ".join(problems)) from None
+
+
+def _check_agent(file: Path, stage: StageName, agent: AgentTemplate) -> None:
+    for field, text in {"role": agent.role, "goal": agent.goal, "backstory": agent.backstory}.items():
+        _placeholders(file, f"{stage}.{field}", text, frozenset())
+    if agent.tools and stage not in TOOL_STAGES:
+        allowed = ", ".join(sorted(TOOL_STAGES))
+        raise TemplateConfigError(f"{file}: {stage}.tools: tools can only be granted to the stages: {allowed}")
+    known = BUILTIN_TOOLS.names()
+    for index, tool in enumerate(agent.tools):
+        if tool not in known:
+            raise TemplateConfigError(
+                f"{file}: {stage}.tools[{index}]: unknown tool {tool!r} (known: {', '.join(known)})"
+            )
+        if tool in agent.tools[:index]:
+            raise TemplateConfigError(f"{file}: {stage}.tools[{index}]: duplicate tool {tool!r}")
+
+
+def _check_task(file: Path, stage: StageName, task: TaskTemplate) -> None:
+    variables = STAGE_VARIABLES[stage]
+    allowed = variables.placeholders()
+    used = _placeholders(file, f"{stage}.description", task.description, allowed)
+    _placeholders(file, f"{stage}.expected_output", task.expected_output, allowed)
+    missing = sorted(variables.required - used)
+    if missing:
+        shown = ", ".join("{" + name + "}" for name in missing)
+        raise TemplateConfigError(f"{file}: {stage}.description: missing required placeholder {shown}")
+
+
+def load_flow_templates(config_dir: Path) -> FlowTemplates:
+    """Load and validate both YAML files; raise TemplateConfigError so a bad config stops start-up."""
+    agents_file, tasks_file = config_dir / AGENTS_FILE, config_dir / TASKS_FILE
+    agents = _parse(agents_file, _AgentsFile)
+    tasks = _parse(tasks_file, _TasksFile)
+    templates = FlowTemplates(
+        intent=StageTemplates(agent=agents.intent, task=tasks.intent),
+        execution=StageTemplates(agent=agents.execution, task=tasks.execution),
+        organization=StageTemplates(agent=agents.organization, task=tasks.organization),
+    )
+    for stage in STAGE_NAMES:
+        _check_agent(agents_file, stage, templates.stage(stage).agent)
+        _check_task(tasks_file, stage, templates.stage(stage).task)
+    return templates

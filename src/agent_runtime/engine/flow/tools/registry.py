@@ -1,0 +1,56 @@
+"""The tools YAML may grant to a stage, and the per-run tool set bound to one user's context."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from agent_runtime.engine.flow.tools.base import OpenAITool, Tool, ToolOutcome
+from agent_runtime.engine.profiles.models import UserAgentContext
+
+AnyTool = Tool[Any]
+
+
+class RunToolSet:
+    """The tools of one stage of one run; the user's context is bound here, not supplied by the model."""
+
+    def __init__(self, tools: list[AnyTool], ctx: UserAgentContext) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+        self._ctx = ctx
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def openai_schemas(self) -> list[OpenAITool]:
+        return [tool.openai_schema() for tool in self._tools.values()]
+
+    async def run(self, name: str, args_json: str) -> ToolOutcome:
+        tool = self._tools.get(name)
+        if tool is None:
+            # The model asked for a tool it was not given: tell it, so it can recover, instead of failing the run.
+            return ToolOutcome.failure(f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}")
+        return await tool.run(args_json, self._ctx)
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[AnyTool]) -> None:
+        self._tools: dict[str, AnyTool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"duplicate tool name {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> AnyTool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise KeyError(f"unknown tool {name!r}") from None
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def openai_schemas(self, names: Iterable[str]) -> list[OpenAITool]:
+        return [self.get(name).openai_schema() for name in names]
+
+    def build_for_run(self, names: Iterable[str], ctx: UserAgentContext) -> RunToolSet:
+        return RunToolSet([self.get(name) for name in names], ctx)

@@ -1,0 +1,131 @@
+"""Request, response and stream-event shapes of the one LLM entry point (OpenAI chat format on the wire)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent_runtime.engine.billing.models import CostBreakdown, LLMUsage
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WireFunctionCall(_Wire):
+    name: str
+    arguments: str = Field(description="JSON-encoded arguments exactly as the model produced them.")
+
+
+class WireToolCall(_Wire):
+    id: str
+    type: Literal["function"] = "function"
+    function: WireFunctionCall
+
+
+class WireMessage(_Wire):
+    """One chat message as OpenAI-compatible providers take it."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    name: str | None = None
+    tool_calls: list[WireToolCall] | None = None
+    tool_call_id: str | None = None
+
+
+class FunctionSpec(_Wire):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON Schema of the arguments object.",
+    )
+
+
+class ToolSchema(_Wire):
+    """An OpenAI function tool offered to the model."""
+
+    type: Literal["function"] = "function"
+    function: FunctionSpec
+
+
+class NamedFunction(_Wire):
+    name: str
+
+
+class NamedToolChoice(_Wire):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+class LLMRequest(_Wire):
+    model: str | None = Field(default=None, description="LiteLLM model id; None means the configured model.")
+    messages: list[WireMessage] = Field(min_length=1)
+    tools: list[ToolSchema] | None = None
+    tool_choice: ToolChoice | None = None
+    json_mode: bool = Field(default=False, description='Sends response_format {"type": "json_object"}.')
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = Field(default=False, description="`complete()` streams internally when set.")
+
+
+class LLMToolCall(_Wire):
+    id: str
+    name: str
+    arguments: str = Field(description="JSON-encoded arguments exactly as the model produced them.")
+
+
+class LLMResponse(_Wire):
+    model: str = Field(description="The LiteLLM model id that was called.")
+    content: str
+    tool_calls: list[LLMToolCall] = Field(default_factory=list)
+    usage: LLMUsage | None
+    cost: CostBreakdown
+    finish_reason: str | None
+    is_demo: bool = False
+
+
+class LLMTextDelta(_Wire):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class LLMToolCallDelta(_Wire):
+    """A piece of a streamed tool call; `id` and `name` arrive once, `arguments_delta` in pieces."""
+
+    type: Literal["tool_call_delta"] = "tool_call_delta"
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+
+
+class LLMStreamEnd(_Wire):
+    type: Literal["end"] = "end"
+    response: LLMResponse
+
+
+LLMStreamEvent = Annotated[LLMTextDelta | LLMToolCallDelta | LLMStreamEnd, Field(discriminator="type")]
+
+__all__ = [
+    "FunctionSpec",
+    "LLMRequest",
+    "LLMResponse",
+    "LLMStreamEnd",
+    "LLMStreamEvent",
+    "LLMTextDelta",
+    "LLMToolCall",
+    "LLMToolCallDelta",
+    "LLMUsage",
+    "NamedFunction",
+    "NamedToolChoice",
+    "ToolChoice",
+    "ToolSchema",
+    "WireFunctionCall",
+    "WireMessage",
+    "WireToolCall",
+]

@@ -1,0 +1,88 @@
+"""Chat memory: what the agent remembers of a conversation, and how much of it reaches the model.
+
+Three layers, as in Spring AI, each replaceable on its own:
+- storage: `ChatMemoryRepository` (in memory here; PostgreSQL over `agent_chat_messages`), append-only;
+- policy: `WindowPolicy` + `apply_window`, a pure function from a conversation to the window;
+- injection: `build_model_input`, history as typed messages between the system message and the prompt.
+`MessageWindowChatMemory` ties storage and policy together behind the `ChatMemory` protocol. Messages are
+our own Pydantic models (`ChatMessage`, discriminated on `role`); `convert` is the one place that maps them
+to and from the LLM wire format and AG-UI.
+
+What we do better than Spring AI:
+- The window is budgeted in tokens (LiteLLM's offline tokenizer for the model) and in messages, whichever
+  binds first; Spring AI counts messages only.
+- An assistant tool call and its results are kept or evicted together, and a window never starts with an
+  orphan tool result or reply; Spring AI only aligns the cut to a user message.
+- Writes append; nothing is read, trimmed and rewritten. Spring AI rewrites the whole conversation on every
+  add, which loses concurrent writers' messages and amplifies writes; here concurrent adds lose nothing.
+- The window is read from a bounded tail (newest N messages, the newest system message, and the newest
+  user message), so reading cost does not grow with the conversation.
+- Tool calls and results are stored and converted exactly (ids, names, arguments); Spring AI's JDBC store
+  silently drops them. Anything a converter cannot represent raises `UnrepresentableMessageError`.
+- When the newest turn alone exceeds the budget, its user message and the newest whole parts of the turn
+  are kept rather than returning nothing.
+- An identical system message re-added is not stored twice; a different one replaces the old one in the
+  window, and stored rows keep their own `created_at` (never rewritten, so no timestamp tricks).
+"""
+
+from agent_runtime.engine.memory.advisor import build_model_input, with_memory
+from agent_runtime.engine.memory.chat_memory import ChatMemory, MessageWindowChatMemory
+from agent_runtime.engine.memory.convert import AguiMessage, from_agui, from_wire, to_agui, to_wire
+from agent_runtime.engine.memory.errors import (
+    DuplicateMessageError,
+    InvalidConversationIdError,
+    UnrepresentableMessageError,
+)
+from agent_runtime.engine.memory.messages import (
+    CHAT_MESSAGE_ADAPTER,
+    AssistantMessage,
+    ChatMessage,
+    ChatMetadata,
+    SystemMessage,
+    ToolCallSpec,
+    ToolMessage,
+    UserMessage,
+)
+from agent_runtime.engine.memory.repository import (
+    ChatMemoryRepository,
+    InMemoryChatMemoryRepository,
+    WindowRead,
+    bounded_tail,
+    validate_conversation_id,
+)
+from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenCounter, litellm_token_counter
+from agent_runtime.engine.memory.window import WindowPolicy, WindowResult, apply_window
+
+__all__ = [
+    "CHAT_MESSAGE_ADAPTER",
+    "AguiMessage",
+    "AssistantMessage",
+    "ChatMemory",
+    "ChatMemoryRepository",
+    "ChatMessage",
+    "ChatMetadata",
+    "DuplicateMessageError",
+    "InMemoryChatMemoryRepository",
+    "InvalidConversationIdError",
+    "LiteLLMTokenCounter",
+    "MessageWindowChatMemory",
+    "SystemMessage",
+    "TokenCounter",
+    "ToolCallSpec",
+    "ToolMessage",
+    "UnrepresentableMessageError",
+    "UserMessage",
+    "WindowPolicy",
+    "WindowRead",
+    "WindowResult",
+    "apply_window",
+    "bounded_tail",
+    "build_model_input",
+    "from_agui",
+    "from_wire",
+    "litellm_token_counter",
+    "to_agui",
+    "to_wire",
+    "validate_conversation_id",
+    "with_memory",
+]

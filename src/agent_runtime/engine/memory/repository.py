@@ -1,0 +1,120 @@
+"""Where conversations are stored: an append-only repository protocol, and its in-memory implementation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from agent_runtime.engine.errors import BadRequestError
+from agent_runtime.engine.memory.errors import DuplicateMessageError, InvalidConversationIdError
+from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage
+from agent_runtime.engine.pagination import Page
+
+
+class WindowRead(BaseModel):
+    """The bounded read the window is computed from.
+
+    `messages` (oldest first) are the newest `max_messages` non-system messages, preceded by the newest
+    user message when none of them is a user message (its turn is the newest one, and the window keeps at
+    least that user message). `system` is the newest system message, wherever it is. Messages older than
+    this are outside any window of at most `max_messages` messages by construction: a kept turn lies
+    entirely within the newest `max_messages` messages, so the window is the same as over the whole
+    conversation.
+    """
+
+    system: SystemMessage | None = None
+    messages: list[ChatMessage] = Field(default_factory=list)
+
+
+class ChatMemoryRepository(Protocol):
+    """Append-only storage of conversations. Nothing is ever rewritten; the window is a bounded read."""
+
+    async def find_conversation_ids(self, *, limit: int, offset: int = 0) -> Page[str]:
+        """Conversations with at least one stored message, most recently started first."""
+        ...
+
+    async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
+        """The bounded tail of a conversation (see `WindowRead`); empty for an unknown conversation."""
+        ...
+
+    async def append(self, conversation_id: str, messages: Sequence[ChatMessage]) -> None:
+        """Store `messages` after everything already stored, all or none, in the order given.
+
+        Raises `DuplicateMessageError` when a message id is already stored in this conversation.
+        """
+        ...
+
+    async def delete_by_conversation_id(self, conversation_id: str) -> None: ...
+
+
+def validate_conversation_id(conversation_id: str) -> str:
+    if not conversation_id.strip():
+        raise InvalidConversationIdError("conversation id must not be empty or whitespace")
+    return conversation_id
+
+
+def bounded_tail(conversation: Sequence[ChatMessage], max_messages: int) -> WindowRead:
+    """The `WindowRead` of a whole conversation: what every repository returns, however it reads."""
+    if max_messages < 1:
+        raise BadRequestError("max_messages must be at least 1")
+    system = next((m for m in reversed(conversation) if isinstance(m, SystemMessage)), None)
+    rest = [m for m in conversation if not isinstance(m, SystemMessage)]
+    tail = rest[-max_messages:]
+    if not any(isinstance(m, UserMessage) for m in tail):
+        older = rest[: len(rest) - len(tail)]
+        anchor = next((m for m in reversed(older) if isinstance(m, UserMessage)), None)
+        if anchor is not None:
+            tail = [anchor, *tail]
+    return WindowRead(system=system, messages=tail)
+
+
+class InMemoryChatMemoryRepository:
+    """For tests and single-process development: lost on restart, not shared between replicas."""
+
+    def __init__(self) -> None:
+        # Insertion order of this dict is the order conversations were started.
+        self._conversations: dict[str, list[ChatMessage]] = {}
+        self._lock: asyncio.Lock | None = None
+
+    def _guard(self) -> asyncio.Lock:
+        # Created on first use, inside a running event loop, never when the instance is built.
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def find_conversation_ids(self, *, limit: int, offset: int = 0) -> Page[str]:
+        if limit < 1 or offset < 0:
+            raise BadRequestError("limit must be at least 1 and offset at least 0")
+        async with self._guard():
+            newest_first = list(reversed(self._conversations))
+        return Page[str](
+            items=newest_first[offset : offset + limit], total=len(newest_first), limit=limit, offset=offset
+        )
+
+    async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
+        validate_conversation_id(conversation_id)
+        async with self._guard():
+            read = bounded_tail(self._conversations.get(conversation_id, []), max_messages)
+            return read.model_copy(deep=True)
+
+    async def append(self, conversation_id: str, messages: Sequence[ChatMessage]) -> None:
+        validate_conversation_id(conversation_id)
+        if not messages:
+            return
+        copies = [m.model_copy(deep=True) for m in messages]
+        async with self._guard():
+            stored = self._conversations.get(conversation_id, [])
+            known = {m.id for m in stored}
+            for message in copies:
+                if message.id in known:
+                    raise DuplicateMessageError(f"message {message.id!r} is already stored in this conversation")
+                known.add(message.id)
+            self._conversations[conversation_id] = [*stored, *copies]
+
+    async def delete_by_conversation_id(self, conversation_id: str) -> None:
+        validate_conversation_id(conversation_id)
+        async with self._guard():
+            self._conversations.pop(conversation_id, None)

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+from uuid import uuid4
+
+import asyncpg
+import pytest
+
+from agent_runtime.engine.errors import ConflictError, NotFoundError, RunInProgressError
+from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
+from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.engine.sessions.models import SessionCreate
+from tests.conftest import User
+
+
+async def test_twenty_concurrent_appends_all_land(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    messages = [NewMessage(role="user", content=f"m{i}", metadata=UserInputMetadata()) for i in range(20)]
+    stored = await asyncio.gather(*(engine.messages.append_one(user.ctx, session.id, m) for m in messages))
+    assert sorted(s.seq for s in stored) == list(range(1, 21))
+    rows = await engine.pool.fetch("SELECT seq, content FROM agent_chat_messages WHERE session_id = $1", session.id)
+    assert len(rows) == 20 and {r["content"] for r in rows} == {f"m{i}" for i in range(20)}
+
+
+async def test_audit_rows_count_down(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    audits = [NewMessage(role="assistant", content="{}", metadata=AuditMetadata(stage="intent")) for _ in range(3)]
+    stored = await engine.messages.append(user.ctx, session.id, audits)
+    assert [s.seq for s in stored] == [-1, -2, -3]
+
+
+async def test_append_to_foreign_session_is_404(engine: RuntimeEngine, make_user) -> None:  # type: ignore[no-untyped-def]
+    owner, intruder = make_user(), make_user()
+    session = await engine.sessions.create(owner.ctx, SessionCreate())
+    with pytest.raises(NotFoundError):
+        await engine.messages.append_one(intruder.ctx, session.id, NewMessage(role="user", metadata=UserInputMetadata()))
+
+
+async def test_duplicate_message_id_is_conflict(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    message = NewMessage(role="user", content="x", metadata=UserInputMetadata(), message_id="client-1")
+    await engine.messages.append_one(user.ctx, session.id, message)
+    with pytest.raises(ConflictError):
+        await engine.messages.append_one(user.ctx, session.id, message)
+    assert await engine.messages.existing_message_ids(user.ctx, session.id, ["client-1", "client-2"]) == {"client-1"}
+
+
+def test_metadata_is_validated_before_insert() -> None:
+    with pytest.raises(ValueError, match="tool_calls"):
+        NewMessage.model_validate({"role": "assistant", "metadata": {"kind": "tool_call", "tool_calls": []}})
+    with pytest.raises(ValueError):
+        NewMessage.model_validate({"role": "user", "metadata": {"kind": "nonsense"}})
+    ok = NewMessage(
+        role="assistant",
+        metadata=ToolCallMetadata(tool_calls=[ToolCallSpec(id="c1", name="calculator", arguments='{"e":"1+1"}')]),
+    )
+    assert ok.metadata.kind == "tool_call"
+
+
+async def test_title_from_first_user_message_never_overwritten(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    long_text = "  line one\nline two " + "x" * 100
+    await engine.messages.append_one(user.ctx, session.id, NewMessage(role="user", content=long_text, metadata=UserInputMetadata()))
+    await engine.messages.append_one(user.ctx, session.id, NewMessage(role="user", content="other", metadata=UserInputMetadata()))
+    title = (await engine.sessions.get(user.ctx, session.id)).title
+    assert title == ("line one line two " + "x" * 100)[:64]
+    blank = await engine.sessions.create(user.ctx, SessionCreate())
+    await engine.messages.append_one(user.ctx, blank.id, NewMessage(role="user", content=" \n ", metadata=UserInputMetadata()))
+    assert (await engine.sessions.get(user.ctx, blank.id)).title == "新会话"
+
+
+async def test_database_rejects_wrong_currency_and_duplicate_seq(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    insert = """
+        INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata, currency)
+        VALUES ($1, $2, $3, $4, $5, 'user', 'x', '{"kind": "user_input"}', $6)
+    """
+    with pytest.raises(asyncpg.CheckViolationError, match="does not match session currency"):
+        await engine.pool.execute(insert, uuid4(), session.id, user.id, "a", 1, "USD")
+    await engine.pool.execute(insert, uuid4(), session.id, user.id, "b", 1, "CNY")
+    with pytest.raises(asyncpg.UniqueViolationError, match="uq_messages_session_seq"):
+        await engine.pool.execute(insert, uuid4(), session.id, user.id, "c", 1, "CNY")
+    with pytest.raises(asyncpg.CheckViolationError):
+        await engine.pool.execute(insert, uuid4(), session.id, user.id, "d", 0, "CNY")
+    with pytest.raises(asyncpg.CheckViolationError, match="chk_audit_seq"):
+        await engine.pool.execute(insert, uuid4(), session.id, user.id, "e", -5, "CNY")
+    with pytest.raises(asyncpg.ForeignKeyViolationError):
+        await engine.pool.execute(insert, uuid4(), session.id, uuid4(), "f", 7, "CNY")
+    with pytest.raises(asyncpg.CheckViolationError, match="chk_billing_currency|frozen"):
+        await engine.pool.execute("UPDATE agent_chat_sessions SET billing_currency = 'USD' WHERE id = $1", session.id)
+
+
+async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    run1 = uuid4()
+    running = await engine.sessions.start_run(user.ctx, session.id, run1)
+    assert (running.status, running.state_snapshot.status, running.state_snapshot.run_id) == ("running", "running", str(run1))
+    assert await engine.sessions.finish_run(user.ctx, session.id, run1, "failed", error_id="err-1")
+    failed = await engine.sessions.get(user.ctx, session.id)
+    assert (failed.status, failed.state_snapshot.status, failed.error_id, failed.state_snapshot.error_id) == (
+        "failed",
+        "failed",
+        "err-1",
+        "err-1",
+    )
+    run2 = uuid4()
+    again = await engine.sessions.start_run(user.ctx, session.id, run2)
+    assert (again.status, again.error_id) == ("running", None)
+    assert not await engine.sessions.finish_run(user.ctx, session.id, run1, "completed")  # stale run id
+    assert await engine.sessions.finish_run(user.ctx, session.id, run2, "completed")
+    done = await engine.sessions.get(user.ctx, session.id)
+    assert (done.status, done.state_snapshot.status) == ("completed", "completed")
+    with pytest.raises(asyncpg.CheckViolationError, match="invalid session status transition"):
+        await engine.pool.execute("UPDATE agent_chat_sessions SET status = 'pending', state_snapshot = '{\"status\":\"pending\"}' WHERE id = $1", session.id)
+    with pytest.raises(asyncpg.CheckViolationError, match="chk_snapshot_status"):
+        await engine.pool.execute("UPDATE agent_chat_sessions SET state_snapshot = '{\"status\":\"failed\"}' WHERE id = $1", session.id)
+
+
+async def test_concurrent_run_starts_exactly_one_wins(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    results = await asyncio.gather(
+        *(engine.sessions.start_run(user.ctx, session.id, uuid4()) for _ in range(2)), return_exceptions=True
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    losers = [r for r in results if isinstance(r, RunInProgressError)]
+    assert len(winners) == 1 and len(losers) == 1
+    assert losers[0].status_code == 409
+
+
+async def test_start_run_on_foreign_session_is_404(engine: RuntimeEngine, make_user) -> None:  # type: ignore[no-untyped-def]
+    owner, intruder = make_user(), make_user()
+    session = await engine.sessions.create(owner.ctx, SessionCreate())
+    with pytest.raises(NotFoundError):
+        await engine.sessions.start_run(intruder.ctx, session.id, uuid4())
+    assert (await engine.sessions.get(owner.ctx, session.id)).status == "pending"
+
+
+async def test_stale_running_session_can_be_taken_over(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    await engine.sessions.start_run(user.ctx, session.id, uuid4())
+    await engine.pool.execute(
+        "UPDATE agent_chat_sessions SET run_started_at = now() - interval '1 day' WHERE id = $1", session.id
+    )
+    taken = await engine.sessions.start_run(user.ctx, session.id, uuid4())
+    assert taken.status == "running"
+
+
+def test_cost_is_numeric_in_db() -> None:
+    assert NewMessage(role="assistant", metadata=AuditMetadata(stage="x"), cost=Decimal("0.0000012")).cost == Decimal(
+        "0.0000012"
+    )
