@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware
-from agent_runtime.api.routes import health, profile, sessions
+from agent_runtime.api.routes import health, profile, sessions, usage
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.settings import Settings, get_settings
 
@@ -43,5 +43,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(profile.router)
     app.include_router(sessions.router)
+    app.include_router(usage.router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_bytes)
     return app

@@ -14,6 +14,7 @@ from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.engine.usage.service import UsageService
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class RuntimeEngine:
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
+    usage: UsageService = field(init=False)
 
     def __post_init__(self) -> None:
         self.profiles = ProfileService(self.pool)
@@ -36,6 +38,7 @@ class RuntimeEngine:
             stale_run_after=timedelta(seconds=2 * self.settings.run_timeout_seconds),
         )
         self.messages = MessageStore(self.pool)
+        self.usage = UsageService(self.pool)
 
     async def is_ready(self) -> bool:
         try:

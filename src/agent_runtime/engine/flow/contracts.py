@@ -69,9 +69,7 @@ class ExecutionResult(BaseModel):
 
 
 class OrganizationResult(BaseModel):
-    assistant_text: str = Field(
-        min_length=1, description="The complete reply to the user, in the user's language."
-    )
+    assistant_text: str = Field(min_length=1, description="The complete reply to the user, in the user's language.")
     # Any for the same reason as ExecutionResult.execution_data: free-form, opaque to the code, kept for audit.
     response_metadata: dict[str, Any] = Field(
         default_factory=dict, description="Optional extra facts about the reply, as a JSON object."

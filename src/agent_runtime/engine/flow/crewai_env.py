@@ -66,7 +66,17 @@ def configure_crewai_env(data_dir: Path) -> Path:
 def load_crewai(data_dir: Path) -> ModuleType:
     """Configure the environment, then import CrewAI (slow: ~10 s CPU the first time)."""
     configure_crewai_env(data_dir)
-    return importlib.import_module("crewai")
+    crewai = importlib.import_module("crewai")
+    _quiet_console()
+    return crewai
+
+
+def _quiet_console() -> None:
+    # CrewAI's process-wide event listener prints Rich panels for every agent start/finish and tool call
+    # whatever the agent's `verbose` says (only a Crew resets it, from its own `verbose`): stdout noise
+    # and CPU on every run. Our logs and AG-UI events report runs instead.
+    listener_module = importlib.import_module("crewai.events.event_listener")
+    listener_module.event_listener.formatter.verbose = False
 
 
 def require_crewai_env() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import decimal
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal

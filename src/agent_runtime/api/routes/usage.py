@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Query
+
+from agent_runtime.api.deps import Caller, Engine, Paging
+from agent_runtime.api.errors import error_responses
+from agent_runtime.engine.usage.models import SessionUsage, UsagePage
+
+router = APIRouter(prefix="/v1", tags=["usage"])
+
+
+@router.get("/sessions/{session_id}/usage", response_model=SessionUsage, responses=error_responses(401, 404, 422))
+async def session_usage(session_id: UUID, engine: Engine, ctx: Caller) -> SessionUsage:
+    """Input/output/cached tokens and CNY cost of a session, per stage and in total, summed by the database."""
+    return await engine.usage.for_session(ctx, session_id)
+
+
+@router.get("/usage", response_model=UsagePage, responses=error_responses(401, 422))
+async def user_usage(
+    engine: Engine,
+    ctx: Caller,
+    page: Paging,
+    start: Annotated[datetime | None, Query(description="Inclusive lower bound (ISO 8601).")] = None,
+    end: Annotated[datetime | None, Query(description="Exclusive upper bound (ISO 8601).")] = None,
+) -> UsagePage:
+    """The caller's totals over a date range, with a page of per-session sums (most expensive first)."""
+    return await engine.usage.for_user(ctx, start=start, end=end, limit=page.limit, offset=page.offset)

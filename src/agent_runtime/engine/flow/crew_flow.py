@@ -1,0 +1,330 @@
+"""The three-stage agent flow on CrewAI: `Flow` for the stages, one CrewAI `Agent` per stage.
+
+    intent --route--> DIRECT_EXECUTION  -> direct_answer   (1 model call)
+                  \\-> NEEDS_EXECUTION  -> execution (tools) -> organization
+
+Each stage runs `Agent.kickoff_async(messages, response_format=<contract>)` with a `DelegatingLLM`
+(`crew_llm`) built for that stage of this run, so every model call goes through our LLM layer. That
+direct agent API was measured against `Crew.kickoff_async` per stage (docs/crewai-notes.md,
+scripts/bench/crewai_paths.py); it is cheaper and takes the chat history as messages.
+
+What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
+three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
+
+    system:  the run's system prompt (the same for every stage)
+    ...      the session's history (user/assistant/tool turns as stored)
+    user:    "You are {role}. {backstory}\\nYour personal goal is: {goal}\\nCurrent Task: <rendered
+             YAML task, with {output_schema}>"          (CrewAI's wording; `use_system_prompt=False`
+             keeps CrewAI from adding a second, stage-specific system message in front of the history)
+    (execution only) assistant tool calls / tool results, as native tool calling produces them
+
+Kept away: no LanceDB memory (`_skip_auto_memory`), no agent memory, no sqlite (the Crew path writes task
+outputs to sqlite on every kickoff; `Agent.kickoff_async` does not), no temp files for large tool
+results (`use_better_compaction=False`), no CrewAI-side context summarisation
+(`respect_context_window=False`), no planning. CrewAI's console panels are turned off in `crewai_env`.
+
+Tools: our `Tool`s are async and bound to the user's context (`RunToolSet`). CrewAI runs a tool with
+`BaseTool.run` on an executor worker thread, and turns a coroutine result into `asyncio.run(...)`: a new
+event loop per call, which breaks anything bound to the app's loop (database pool, HTTP sessions).
+`RuntimeToolAdapter._run` therefore hands the coroutine to the app's loop, like `DelegatingLLM.call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult, StageName
+from agent_runtime.engine.flow.crew_llm import CallModel, DelegatingLLM, EventSink, StageOutputError
+from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.flow.templates import (
+    ExecutionVariables,
+    FlowTemplates,
+    IntentVariables,
+    OrganizationVariables,
+    StageVariables,
+    render_template,
+)
+from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, RunToolSet, Tool, ToolOutcome, ToolRegistry
+from agent_runtime.engine.memory.convert import to_wire
+from agent_runtime.engine.memory.messages import ChatMessage
+from agent_runtime.engine.profiles.models import UserAgentContext
+
+require_crewai_env()
+
+from crewai import Agent  # noqa: E402
+from crewai.flow.flow import Flow, FlowState, listen, router, start  # noqa: E402
+from crewai.tools import BaseTool  # noqa: E402
+
+Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
+_ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
+
+DEFAULT_MAX_TOOL_ITERATIONS = 6
+
+
+class AgentFlowState(FlowState):  # type: ignore[misc]
+    """Inputs of one run and what each stage produced (the audit rows are written from this)."""
+
+    system_prompt: str = ""
+    # Adapter boundary: the history as chat-completions wire dicts (engine.memory.convert.to_wire).
+    history: list[dict[str, Any]] = Field(default_factory=list)
+    user_input: str = ""
+    ai_language: str = "en"
+
+    intent: IntentResult | None = None
+    execution: ExecutionResult | None = None
+    organization: OrganizationResult | None = None
+    route: Route | None = None
+    assistant_text: str | None = None
+
+
+@dataclass(frozen=True)
+class FlowDeps:
+    """What a run needs besides its state; `call_model` and `sink` are bound to the run by the caller.
+
+    The execution stage gets the tools its YAML agent names, looked up in `tool_registry` and bound to
+    `user_context` (the model never supplies whose data a tool reads).
+    """
+
+    call_model: CallModel
+    model: str
+    templates: FlowTemplates
+    user_context: UserAgentContext
+    tool_registry: ToolRegistry = BUILTIN_TOOLS
+    sink: EventSink | None = None
+    max_json_retries: int = 2
+    max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
+
+
+class RuntimeToolAdapter(BaseTool):  # type: ignore[misc]
+    """One of our async tools as a CrewAI tool, run on the app's event loop."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    _toolset: RunToolSet | None = PrivateAttr(default=None)
+    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+
+    @classmethod
+    def wrap(cls, tool: Tool[Any], toolset: RunToolSet, loop: asyncio.AbstractEventLoop) -> RuntimeToolAdapter:
+        adapter = cls(name=tool.name, description=tool.description, args_schema=tool.args_model)
+        adapter._toolset = toolset
+        adapter._loop = loop
+        return adapter
+
+    def _run(self, **kwargs: Any) -> str:
+        # Called on an executor worker thread; CrewAI has no async tool path there (it would asyncio.run()).
+        future = asyncio.run_coroutine_threadsafe(self._outcome(kwargs), self._require_loop())
+        return future.result().content
+
+    async def _arun(self, **kwargs: Any) -> str:
+        return (await self._outcome(kwargs)).content
+
+    async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
+        if self._toolset is None:
+            raise RuntimeError("RuntimeToolAdapter was built without a tool set; use RuntimeToolAdapter.wrap()")
+        return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("RuntimeToolAdapter was built without an event loop; use RuntimeToolAdapter.wrap()")
+        return self._loop
+
+
+class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
+    """One run. Build with `AgentFlow.for_run(state, deps)` on the event loop, then `await run()`."""
+
+    # Without this every Flow builds a LanceDB-backed memory (first build ~2 s, files under storage).
+    _skip_auto_memory: bool = True
+
+    _deps: FlowDeps | None = PrivateAttr(default=None)
+    _llms: list[DelegatingLLM] = PrivateAttr(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+
+    @classmethod
+    def for_run(cls, state: AgentFlowState, deps: FlowDeps) -> AgentFlow:
+        flow = cls(initial_state=state, suppress_flow_events=True)
+        flow._deps = deps
+        flow._loop = asyncio.get_running_loop()
+        return flow
+
+    async def run(self) -> AgentFlowState:
+        """Run the stages; on any failure or cancellation, stop the stages' pending model calls."""
+        try:
+            await self.kickoff_async()
+        except BaseException:
+            self.close()
+            raise
+        state: AgentFlowState = self.state
+        if state.assistant_text is None:
+            raise RuntimeError("the flow finished without an assistant_text")
+        return state
+
+    def close(self) -> None:
+        for llm in self._llms:
+            llm.close()
+
+    # -- stages --------------------------------------------------------------------------------------
+
+    @start()
+    async def intent(self) -> IntentResult:
+        state: AgentFlowState = self.state
+        variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
+        result = await self._run_stage("intent", variables, IntentResult)
+        state.intent = result
+        return result
+
+    @router(intent)
+    async def route_intent(self) -> Route:
+        state: AgentFlowState = self.state
+        intent = _required(state.intent, "intent")
+        state.route = intent.route
+        return intent.route
+
+    @listen("DIRECT_EXECUTION")
+    async def direct_answer(self) -> str:
+        state: AgentFlowState = self.state
+        text = _required(_required(state.intent, "intent").assistant_text, "intent.assistant_text")
+        state.assistant_text = text
+        return text
+
+    @listen("NEEDS_EXECUTION")
+    async def execution(self) -> ExecutionResult:
+        state: AgentFlowState = self.state
+        intent = _required(state.intent, "intent")
+        variables = ExecutionVariables(
+            user_input=state.user_input,
+            ai_language=state.ai_language,
+            intent_summary=intent.intent_summary,
+            execution_brief=_required(intent.execution_brief, "intent.execution_brief"),
+        )
+        result = await self._run_stage("execution", variables, ExecutionResult, with_tools=True)
+        state.execution = result
+        return result
+
+    @listen(execution)
+    async def organization(self) -> str:
+        state: AgentFlowState = self.state
+        intent = _required(state.intent, "intent")
+        variables = OrganizationVariables(
+            user_input=state.user_input,
+            ai_language=state.ai_language,
+            intent_summary=intent.intent_summary,
+            execution_report=_required(state.execution, "execution"),
+        )
+        result = await self._run_stage("organization", variables, OrganizationResult)
+        state.organization = result
+        state.assistant_text = result.assistant_text
+        return result.assistant_text
+
+    # -- one stage = one CrewAI agent ----------------------------------------------------------------
+
+    async def _run_stage(
+        self,
+        stage: StageName,
+        variables: StageVariables,
+        contract: type[_ContractT],
+        *,
+        with_tools: bool = False,
+    ) -> _ContractT:
+        deps = self._require_deps()
+        template = deps.templates.stage(stage)
+        llm = DelegatingLLM.for_stage(
+            deps.call_model,
+            stage=stage,
+            model=deps.model,
+            output_model=contract,
+            sink=deps.sink,
+            max_json_retries=deps.max_json_retries,
+            # The YAML task renders {output_schema} (enforced when the templates load).
+            inject_schema=False,
+        )
+        self._llms.append(llm)
+        agent = Agent(
+            role=template.agent.role,
+            goal=template.agent.goal,
+            backstory=template.agent.backstory,
+            llm=llm,
+            tools=self._stage_tools(template.agent.tools) if with_tools else [],
+            max_iter=deps.max_tool_iterations,
+            use_system_prompt=False,
+            respect_context_window=False,
+            use_better_compaction=False,
+            allow_delegation=False,
+            verbose=False,
+        )
+        output = await agent.kickoff_async(self._messages(stage_request(deps.templates, variables)), contract)
+        # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
+        llm.observe_messages(output.messages)
+        result = output.pydantic
+        if not isinstance(result, contract):
+            raise StageOutputError(f"stage {stage!r} produced no {contract.__name__}", extra={"stage": stage})
+        return result
+
+    def _messages(self, request: str) -> list[dict[str, Any]]:
+        state: AgentFlowState = self.state
+        system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
+        return [*system, *state.history, {"role": "user", "content": request}]
+
+    def _stage_tools(self, names: Sequence[str]) -> list[BaseTool]:
+        if not names:
+            return []
+        deps = self._require_deps()
+        loop = self._loop or asyncio.get_running_loop()
+        toolset = deps.tool_registry.build_for_run(names, deps.user_context)
+        return [RuntimeToolAdapter.wrap(deps.tool_registry.get(name), toolset, loop) for name in names]
+
+    def _require_deps(self) -> FlowDeps:
+        if self._deps is None:
+            raise RuntimeError("AgentFlow was built without dependencies; use AgentFlow.for_run()")
+        return self._deps
+
+
+def stage_request(templates: FlowTemplates, variables: StageVariables) -> str:
+    """The stage's task text (CrewAI's "Current Task"): description and expected output, rendered."""
+    task = templates.stage(variables.stage).task
+    values = variables.template_values()
+    description = render_template(task.description, values)
+    expected = render_template(task.expected_output, values)
+    return f"{description}\n\nExpected output: {expected}"
+
+
+def build_state(
+    *, system_prompt: str, history: Sequence[ChatMessage], user_input: str, ai_language: str
+) -> AgentFlowState:
+    """The flow's input: `history` is the memory window (prior turns), `user_input` this turn's message."""
+    return AgentFlowState(
+        system_prompt=system_prompt,
+        history=[dict(to_wire(message)) for message in history],
+        user_input=user_input,
+        ai_language=ai_language,
+    )
+
+
+async def run_agent_flow(state: AgentFlowState, deps: FlowDeps) -> AgentFlowState:
+    """Run one turn of the agent; returns the final state (stage results, route, assistant_text)."""
+    return await AgentFlow.for_run(state, deps).run()
+
+
+_T = TypeVar("_T")
+
+
+def _required(value: _T | None, what: str) -> _T:
+    if value is None:
+        raise RuntimeError(f"flow state is missing {what}")
+    return value
+
+
+__all__ = [
+    "AgentFlow",
+    "AgentFlowState",
+    "FlowDeps",
+    "RuntimeToolAdapter",
+    "build_state",
+    "run_agent_flow",
+    "stage_request",
+]

@@ -1,0 +1,115 @@
+"""Turns an `LLMRequest` into `litellm.acompletion` keyword arguments.
+
+Everything that does not depend on the request (timeouts, provider credentials per model) is computed once
+and cached, because this runs on every model call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from agent_runtime.engine.llm.errors import LLMAuthError
+from agent_runtime.engine.llm.models import LLMRequest, ToolSchema, WireMessage
+from agent_runtime.settings import Settings
+
+DEMO_PROVIDER = "demo"
+JSON_HINT = "Answer with one JSON object."
+
+_MESSAGES = TypeAdapter(list[WireMessage])
+_TOOLS = TypeAdapter(list[ToolSchema])
+
+
+class CallTarget(BaseModel):
+    """Where one model id is sent and with which credentials."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str = Field(description="LiteLLM model id, provider-prefixed.")
+    api_key: str | None = Field(default=None, repr=False)
+    api_base: str | None = None
+    is_demo: bool = False
+
+
+def litellm_model_id(model: str) -> str:
+    """`deepseek-chat` -> `deepseek/deepseek-chat`; LiteLLM routes on the provider prefix."""
+    if "/" not in model and model.startswith("deepseek-"):
+        return f"deepseek/{model}"
+    return model
+
+
+def mentions_json(messages: list[WireMessage]) -> bool:
+    return any(m.content is not None and "json" in m.content.lower() for m in messages)
+
+
+class CallBuilder:
+    def __init__(self, settings: Settings) -> None:
+        # httpx is heavy to import and only needed once a client exists; LiteLLM depends on it anyway.
+        import httpx
+
+        self.settings = settings
+        self.timeout = httpx.Timeout(settings.llm_timeout_seconds, connect=settings.llm_connect_timeout_seconds)
+        self._targets: dict[str, CallTarget] = {}
+        self._provider_keys = {
+            "deepseek": settings.deepseek_api_key,
+            "openai": settings.openai_api_key,
+        }
+
+    def target(self, model: str | None) -> CallTarget:
+        requested = model or self.settings.effective_llm_model
+        cached = self._targets.get(requested)
+        if cached is None:
+            cached = self._targets[requested] = self._resolve(requested)
+        return cached
+
+    def _resolve(self, requested: str) -> CallTarget:
+        model = litellm_model_id(requested)
+        provider = model.split("/", 1)[0]
+        if provider == DEMO_PROVIDER:
+            from agent_runtime.engine.llm.demo_provider import ensure_demo_provider
+
+            ensure_demo_provider()
+            return CallTarget(model=model, is_demo=True)
+        secret = self._provider_keys.get(provider)
+        if provider in self._provider_keys and secret is None:
+            raise LLMAuthError(f"No API key is configured for the model provider {provider!r}.")
+        api_key = secret.get_secret_value() if secret is not None else None
+        return CallTarget(model=model, api_key=api_key, api_base=self.settings.llm_api_base)
+
+    def kwargs(self, request: LLMRequest, target: CallTarget, *, stream: bool) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = _MESSAGES.dump_python(request.messages, exclude_none=True)
+        if request.json_mode and not mentions_json(request.messages):
+            # DeepSeek rejects json_object unless the prompt itself asks for JSON.
+            messages.append({"role": "system", "content": JSON_HINT})
+        kwargs: dict[str, Any] = {
+            "model": target.model,
+            "messages": messages,
+            "timeout": self.timeout,
+            # Ours is the only retry loop: LiteLLM's and the OpenAI SDK's would multiply attempts and hide them.
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if target.api_key is not None:
+            kwargs["api_key"] = target.api_key
+        if target.api_base is not None:
+            kwargs["api_base"] = target.api_base
+        if request.tools:
+            kwargs["tools"] = _TOOLS.dump_python(request.tools, exclude_none=True)
+        if request.tool_choice is not None:
+            choice = request.tool_choice
+            kwargs["tool_choice"] = choice if isinstance(choice, str) else choice.model_dump()
+        if request.json_mode:
+            # Never json_schema: DeepSeek answers it with HTTP 400.
+            kwargs["response_format"] = {"type": "json_object"}
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if stream:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+        return kwargs
+
+    def secrets(self) -> list[str]:
+        return [s.get_secret_value() for s in self._provider_keys.values() if s is not None]

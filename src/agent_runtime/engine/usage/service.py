@@ -1,0 +1,99 @@
+"""Token and cost sums, computed by the database from message rows (never from counters kept elsewhere)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+import asyncpg
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import ValidationFailedError
+from agent_runtime.engine.sessions.service import session_not_found
+from agent_runtime.engine.usage.models import SessionUsage, SessionUsageRow, StageUsage, UsagePage, UsageTotals
+
+# A row "is a model call" when it carries a cost source; user rows and tool results carry none.
+_SUMS = """
+    COALESCE(sum(m.input_tokens), 0)::bigint AS input_tokens,
+    COALESCE(sum(m.output_tokens), 0)::bigint AS output_tokens,
+    COALESCE(sum((m.metadata ->> 'cached_tokens')::bigint), 0)::bigint AS cached_tokens,
+    COALESCE(sum(m.cost), 0) AS cost,
+    count(*) FILTER (WHERE m.metadata ? 'cost_source')::bigint AS model_calls
+"""
+_RANGE = "($2::timestamptz IS NULL OR m.created_at >= $2) AND ($3::timestamptz IS NULL OR m.created_at < $3)"
+
+
+def _totals(row: asyncpg.Record) -> UsageTotals:
+    return UsageTotals(
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        cached_tokens=row["cached_tokens"],
+        cost=row["cost"],
+        model_calls=row["model_calls"],
+    )
+
+
+class UsageService:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def for_session(self, ctx: RequestContext, session_id: UUID) -> SessionUsage:
+        async with self._pool.acquire() as conn:
+            owned = await conn.fetchval(
+                "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
+            )
+            if owned is None:
+                raise session_not_found(session_id)
+            rows = await conn.fetch(
+                f"""
+                SELECT COALESCE(m.metadata ->> 'stage', 'unknown') AS stage, {_SUMS}
+                FROM agent_chat_messages m
+                WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ? 'cost_source'
+                GROUP BY GROUPING SETS ((1), ())
+                ORDER BY GROUPING(COALESCE(m.metadata ->> 'stage', 'unknown')) DESC, 1
+                """,
+                session_id,
+                ctx.user_id,
+            )
+        # The grand-total row (GROUPING SETS ()) sorts first; an empty session has only that row.
+        total = _totals(rows[0])
+        by_stage = [StageUsage(stage=r["stage"], **_totals(r).model_dump()) for r in rows[1:]]
+        return SessionUsage(session_id=session_id, total=total, by_stage=by_stage)
+
+    async def for_user(
+        self, ctx: RequestContext, *, start: datetime | None, end: datetime | None, limit: int, offset: int
+    ) -> UsagePage:
+        if start is not None and end is not None and start >= end:
+            raise ValidationFailedError("start must be before end")
+        async with self._pool.acquire() as conn:
+            totals = await conn.fetchrow(
+                f"""
+                SELECT {_SUMS}, count(DISTINCT m.session_id) FILTER (WHERE m.metadata ? 'cost_source') AS sessions
+                FROM agent_chat_messages m
+                WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
+                """,
+                ctx.user_id,
+                start,
+                end,
+            )
+            rows = await conn.fetch(
+                f"""
+                SELECT m.session_id, s.title, {_SUMS}
+                FROM agent_chat_messages m
+                JOIN agent_chat_sessions s ON s.id = m.session_id AND s.user_id = m.user_id
+                WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
+                GROUP BY m.session_id, s.title, s.created_at
+                ORDER BY sum(m.cost) DESC, s.created_at DESC, m.session_id
+                LIMIT $4 OFFSET $5
+                """,
+                ctx.user_id,
+                start,
+                end,
+                limit,
+                offset,
+            )
+        assert totals is not None
+        items = [SessionUsageRow(session_id=r["session_id"], title=r["title"], **_totals(r).model_dump()) for r in rows]
+        return UsagePage(
+            start=start, end=end, totals=_totals(totals), items=items, total=totals["sessions"], limit=limit, offset=offset
+        )
