@@ -9,6 +9,7 @@ import asyncpg
 import httpx
 import pytest
 from fastapi import FastAPI
+from tests.support.database import PgServer, create_database, drop_database, find_server
 
 from agent_runtime.api.app import create_app
 from agent_runtime.db.migrations import apply_migrations
@@ -17,7 +18,6 @@ from agent_runtime.engine.auth import mint_token
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.settings import Settings
-from tests.support.database import PgServer, create_database, drop_database, find_server
 
 TEST_JWT_SECRET = "test-secret-for-agent-runtime-0123456789abcdef"
 

@@ -10,7 +10,6 @@ import sys
 from uuid import uuid4
 
 import httpx
-
 from tests.conftest import TEST_JWT_SECRET
 
 
@@ -25,8 +24,13 @@ async def test_serve_process_end_to_end(database_url: str) -> None:
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "PORT": str(port)}
     env.pop("DEEPSEEK_API_KEY", None)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent_runtime.cli", "serve", env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        "agent_runtime.cli",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -41,7 +45,13 @@ async def test_serve_process_end_to_end(database_url: str) -> None:
             else:
                 raise AssertionError("server did not become ready")
             token_proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agent_runtime.cli", "token", "--user", str(uuid4()), env=env,
+                sys.executable,
+                "-m",
+                "agent_runtime.cli",
+                "token",
+                "--user",
+                str(uuid4()),
+                env=env,
                 stdout=asyncio.subprocess.PIPE,
             )
             token = (await token_proc.communicate())[0].decode().strip()

@@ -6,10 +6,10 @@ from uuid import uuid4
 import httpx
 import jwt
 import pytest
+from tests.conftest import TEST_JWT_SECRET
 
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.settings import Settings
-from tests.conftest import TEST_JWT_SECRET
 
 PROTECTED = [
     ("GET", "/v1/profile"),

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import httpx
-
 from tests.conftest import User
 
 
@@ -52,7 +51,9 @@ async def test_chunked_body_over_limit_is_413(client: httpx.AsyncClient, user: U
         for _ in range(40):
             yield b"x" * 65_536
 
-    response = await client.put("/v1/profile", content=chunks(), headers={**user.headers, "content-type": "application/json"})
+    response = await client.put(
+        "/v1/profile", content=chunks(), headers={**user.headers, "content-type": "application/json"}
+    )
     assert response.status_code == 413
 
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncpg
 import httpx
-
 from tests.conftest import User
 
 DEFAULT_SETTINGS = {
@@ -36,7 +35,10 @@ async def test_put_then_get(client: httpx.AsyncClient, user: User) -> None:
     body = {
         "username": "阿芽",
         "bio": "hello",
-        "settings": {"version": 2, "preferences": {"ai_language": "en-US", "timezone": "Europe/Paris", "country": "FR"}},
+        "settings": {
+            "version": 2,
+            "preferences": {"ai_language": "en-US", "timezone": "Europe/Paris", "country": "FR"},
+        },
     }
     put = await client.put("/v1/profile", json=body, headers=user.headers)
     assert put.status_code == 200

@@ -5,11 +5,11 @@ from uuid import uuid4
 
 import httpx
 import pytest
+from tests.conftest import User
 
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
-from tests.conftest import User
 
 
 async def _create(client: httpx.AsyncClient, user: User, **body: object) -> dict[str, object]:
@@ -20,7 +20,9 @@ async def _create(client: httpx.AsyncClient, user: User, **body: object) -> dict
 
 
 async def test_create_freezes_billing(client: httpx.AsyncClient, user: User) -> None:
-    await client.put("/v1/profile", json={"settings": {"version": 2, "preferences": {"country": "SG"}}}, headers=user.headers)
+    await client.put(
+        "/v1/profile", json={"settings": {"version": 2, "preferences": {"country": "SG"}}}, headers=user.headers
+    )
     session = await _create(client, user)
     assert {k: session[k] for k in ("title", "status", "error_id", "billing_currency", "billing_country_snapshot")} == {
         "title": None,
@@ -31,7 +33,9 @@ async def test_create_freezes_billing(client: httpx.AsyncClient, user: User) -> 
     }
     assert session["state_snapshot"] == {"status": "pending", "run_id": None, "error_id": None}
     assert session["model"] == "demo/agent"
-    await client.put("/v1/profile", json={"settings": {"version": 2, "preferences": {"country": "US"}}}, headers=user.headers)
+    await client.put(
+        "/v1/profile", json={"settings": {"version": 2, "preferences": {"country": "US"}}}, headers=user.headers
+    )
     again = (await client.get(f"/v1/sessions/{session['id']}", headers=user.headers)).json()
     assert again["billing_country_snapshot"] == "SG"
 
@@ -127,7 +131,9 @@ async def test_messages_visible_only_in_seq_order(client: httpx.AsyncClient, use
             NewMessage(role="assistant", content="answer", metadata=AssistantOutputMetadata(), message_id="m2"),
         ],
     )
-    await engine.messages.append_one(user.ctx, sid, NewMessage(role="user", content="second", metadata=UserInputMetadata(), message_id="m3"))  # type: ignore[arg-type]
+    await engine.messages.append_one(
+        user.ctx, sid, NewMessage(role="user", content="second", metadata=UserInputMetadata(), message_id="m3")
+    )  # type: ignore[arg-type]
     page = (await client.get(f"/v1/sessions/{sid}/messages?limit=2", headers=user.headers)).json()
     assert page["total"] == 3 and page["limit"] == 2
     assert [(m["seq"], m["message_id"], m["role"], m["content"]) for m in page["items"]] == [

@@ -4,6 +4,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 import httpx
+from tests.conftest import User
 
 from agent_runtime.engine.messages.metadata import (
     AssistantOutputMetadata,
@@ -16,7 +17,6 @@ from agent_runtime.engine.messages.metadata import (
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
-from tests.conftest import User
 
 
 async def _seed_run(engine: RuntimeEngine, user: User, title: str) -> str:
@@ -28,20 +28,37 @@ async def _seed_run(engine: RuntimeEngine, user: User, title: str) -> str:
         [
             NewMessage(role="user", content="2+2?", metadata=UserInputMetadata()),
             NewMessage(
-                role="assistant", content="{}", input_tokens=1000, output_tokens=50, cost=Decimal("0.0021500000"),
+                role="assistant",
+                content="{}",
+                input_tokens=1000,
+                output_tokens=50,
+                cost=Decimal("0.0021500000"),
                 metadata=AuditMetadata(stage="intent", cost_source="custom_pricing", cached_tokens=200),
             ),
             NewMessage(
-                role="assistant", input_tokens=1200, output_tokens=20, cost=Decimal("0.0023000000"),
-                metadata=ToolCallMetadata(tool_calls=[call], stage="execution", cost_source="custom_pricing", cached_tokens=1000),
+                role="assistant",
+                input_tokens=1200,
+                output_tokens=20,
+                cost=Decimal("0.0023000000"),
+                metadata=ToolCallMetadata(
+                    tool_calls=[call], stage="execution", cost_source="custom_pricing", cached_tokens=1000
+                ),
             ),
             NewMessage(role="tool", content="4", metadata=ToolResultMetadata(tool_call_id="call_1")),
             NewMessage(
-                role="assistant", content="{}", input_tokens=1300, output_tokens=30, cost=Decimal("0.0001"),
+                role="assistant",
+                content="{}",
+                input_tokens=1300,
+                output_tokens=30,
+                cost=Decimal("0.0001"),
                 metadata=AuditMetadata(stage="execution", cost_source="litellm_catalog"),
             ),
             NewMessage(
-                role="assistant", content="4", input_tokens=500, output_tokens=10, cost=Decimal("0.0000300001"),
+                role="assistant",
+                content="4",
+                input_tokens=500,
+                output_tokens=10,
+                cost=Decimal("0.0000300001"),
                 metadata=AssistantOutputMetadata(stage="organization", cost_source="custom_pricing", cached_tokens=0),
             ),
         ],
@@ -56,16 +73,41 @@ async def test_session_usage_sums_rows_by_stage(client: httpx.AsyncClient, user:
     assert response.json() == {
         "session_id": sid,
         "total": {
-            "input_tokens": 4000, "output_tokens": 110, "cached_tokens": 1200, "cost": "0.0045800001",
-            "currency": "CNY", "model_calls": 4,
+            "input_tokens": 4000,
+            "output_tokens": 110,
+            "cached_tokens": 1200,
+            "cost": "0.0045800001",
+            "currency": "CNY",
+            "model_calls": 4,
         },
         "by_stage": [
-            {"stage": "execution", "input_tokens": 2500, "output_tokens": 50, "cached_tokens": 1000,
-             "cost": "0.0024000000", "currency": "CNY", "model_calls": 2},
-            {"stage": "intent", "input_tokens": 1000, "output_tokens": 50, "cached_tokens": 200,
-             "cost": "0.0021500000", "currency": "CNY", "model_calls": 1},
-            {"stage": "organization", "input_tokens": 500, "output_tokens": 10, "cached_tokens": 0,
-             "cost": "0.0000300001", "currency": "CNY", "model_calls": 1},
+            {
+                "stage": "execution",
+                "input_tokens": 2500,
+                "output_tokens": 50,
+                "cached_tokens": 1000,
+                "cost": "0.0024000000",
+                "currency": "CNY",
+                "model_calls": 2,
+            },
+            {
+                "stage": "intent",
+                "input_tokens": 1000,
+                "output_tokens": 50,
+                "cached_tokens": 200,
+                "cost": "0.0021500000",
+                "currency": "CNY",
+                "model_calls": 1,
+            },
+            {
+                "stage": "organization",
+                "input_tokens": 500,
+                "output_tokens": 10,
+                "cached_tokens": 0,
+                "cost": "0.0000300001",
+                "currency": "CNY",
+                "model_calls": 1,
+            },
         ],
     }
     rows = await engine.pool.fetchrow(
@@ -79,7 +121,14 @@ async def test_empty_session_usage_is_zero(client: httpx.AsyncClient, user: User
     body = (await client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()
     assert body == {
         "session_id": sid,
-        "total": {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "cost": "0", "currency": "CNY", "model_calls": 0},
+        "total": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "cached_tokens": 0,
+            "cost": "0",
+            "currency": "CNY",
+            "model_calls": 0,
+        },
         "by_stage": [],
     }
 

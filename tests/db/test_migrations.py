@@ -7,9 +7,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from tests.support.database import PgServer, create_database, drop_database
 
 from agent_runtime.db.migrations import MigrationError, apply_migrations, discover
-from tests.support.database import PgServer, create_database, drop_database
 
 
 async def test_eight_processes_migrate_one_fresh_database(pg_server: PgServer) -> None:
@@ -19,8 +19,13 @@ async def test_eight_processes_migrate_one_fresh_database(pg_server: PgServer) -
         env = {**os.environ, "DATABASE_URL": url}
         procs = [
             await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "agent_runtime.cli", "migrate", env=env,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                sys.executable,
+                "-m",
+                "agent_runtime.cli",
+                "migrate",
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )
             for _ in range(8)
         ]

@@ -6,13 +6,13 @@ from uuid import uuid4
 
 import asyncpg
 import pytest
+from tests.conftest import User
 
 from agent_runtime.engine.errors import ConflictError, NotFoundError, RunInProgressError
 from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
-from tests.conftest import User
 
 
 async def test_twenty_concurrent_appends_all_land(engine: RuntimeEngine, user: User) -> None:
@@ -35,7 +35,9 @@ async def test_append_to_foreign_session_is_404(engine: RuntimeEngine, make_user
     owner, intruder = make_user(), make_user()
     session = await engine.sessions.create(owner.ctx, SessionCreate())
     with pytest.raises(NotFoundError):
-        await engine.messages.append_one(intruder.ctx, session.id, NewMessage(role="user", metadata=UserInputMetadata()))
+        await engine.messages.append_one(
+            intruder.ctx, session.id, NewMessage(role="user", metadata=UserInputMetadata())
+        )
 
 
 async def test_duplicate_message_id_is_conflict(engine: RuntimeEngine, user: User) -> None:
@@ -62,12 +64,18 @@ def test_metadata_is_validated_before_insert() -> None:
 async def test_title_from_first_user_message_never_overwritten(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     long_text = "  line one\nline two " + "x" * 100
-    await engine.messages.append_one(user.ctx, session.id, NewMessage(role="user", content=long_text, metadata=UserInputMetadata()))
-    await engine.messages.append_one(user.ctx, session.id, NewMessage(role="user", content="other", metadata=UserInputMetadata()))
+    await engine.messages.append_one(
+        user.ctx, session.id, NewMessage(role="user", content=long_text, metadata=UserInputMetadata())
+    )
+    await engine.messages.append_one(
+        user.ctx, session.id, NewMessage(role="user", content="other", metadata=UserInputMetadata())
+    )
     title = (await engine.sessions.get(user.ctx, session.id)).title
     assert title == ("line one line two " + "x" * 100)[:64]
     blank = await engine.sessions.create(user.ctx, SessionCreate())
-    await engine.messages.append_one(user.ctx, blank.id, NewMessage(role="user", content=" \n ", metadata=UserInputMetadata()))
+    await engine.messages.append_one(
+        user.ctx, blank.id, NewMessage(role="user", content=" \n ", metadata=UserInputMetadata())
+    )
     assert (await engine.sessions.get(user.ctx, blank.id)).title == "新会话"
 
 
@@ -88,7 +96,7 @@ async def test_database_rejects_wrong_currency_and_duplicate_seq(engine: Runtime
         await engine.pool.execute(insert, uuid4(), session.id, user.id, "e", -5, "CNY")
     with pytest.raises(asyncpg.ForeignKeyViolationError):
         await engine.pool.execute(insert, uuid4(), session.id, uuid4(), "f", 7, "CNY")
-    with pytest.raises(asyncpg.CheckViolationError, match="chk_billing_currency|frozen"):
+    with pytest.raises(asyncpg.CheckViolationError, match=r"chk_billing_currency|frozen"):
         await engine.pool.execute("UPDATE agent_chat_sessions SET billing_currency = 'USD' WHERE id = $1", session.id)
 
 
@@ -96,7 +104,11 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     run1 = uuid4()
     running = await engine.sessions.start_run(user.ctx, session.id, run1)
-    assert (running.status, running.state_snapshot.status, running.state_snapshot.run_id) == ("running", "running", str(run1))
+    assert (running.status, running.state_snapshot.status, running.state_snapshot.run_id) == (
+        "running",
+        "running",
+        str(run1),
+    )
     assert await engine.sessions.finish_run(user.ctx, session.id, run1, "failed", error_id="err-1")
     failed = await engine.sessions.get(user.ctx, session.id)
     assert (failed.status, failed.state_snapshot.status, failed.error_id, failed.state_snapshot.error_id) == (
@@ -113,9 +125,15 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
     done = await engine.sessions.get(user.ctx, session.id)
     assert (done.status, done.state_snapshot.status) == ("completed", "completed")
     with pytest.raises(asyncpg.CheckViolationError, match="invalid session status transition"):
-        await engine.pool.execute("UPDATE agent_chat_sessions SET status = 'pending', state_snapshot = '{\"status\":\"pending\"}' WHERE id = $1", session.id)
+        await engine.pool.execute(
+            "UPDATE agent_chat_sessions SET status = 'pending', state_snapshot = '{\"status\":\"pending\"}'"
+            " WHERE id = $1",
+            session.id,
+        )
     with pytest.raises(asyncpg.CheckViolationError, match="chk_snapshot_status"):
-        await engine.pool.execute("UPDATE agent_chat_sessions SET state_snapshot = '{\"status\":\"failed\"}' WHERE id = $1", session.id)
+        await engine.pool.execute(
+            'UPDATE agent_chat_sessions SET state_snapshot = \'{"status":"failed"}\' WHERE id = $1', session.id
+        )
 
 
 async def test_concurrent_run_starts_exactly_one_wins(engine: RuntimeEngine, user: User) -> None:

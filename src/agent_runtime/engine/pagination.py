@@ -16,7 +16,7 @@ class PageParams(BaseModel):
     offset: int = Field(default=0, ge=0)
 
 
-class Page(BaseModel, Generic[T]):  # noqa: UP046 - PEP 695 syntax needs Python 3.12
+class Page(BaseModel, Generic[T]):
     items: list[T]
     total: int = Field(ge=0, description="Number of items across all pages.")
     limit: int

@@ -42,7 +42,8 @@ class RuntimeEngine:
 
     async def is_ready(self) -> bool:
         try:
-            return await self.pool.fetchval("SELECT 1", timeout=2) == 1
+            answer: int | None = await self.pool.fetchval("SELECT 1", timeout=2)
+            return answer == 1
         except (OSError, asyncpg.PostgresError, TimeoutError):
             return False
 

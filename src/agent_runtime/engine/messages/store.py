@@ -107,7 +107,9 @@ class MessageStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def append(self, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]) -> list[StoredMessage]:
+    async def append(
+        self, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]
+    ) -> list[StoredMessage]:
         if not messages:
             return []
         async with self._pool.acquire() as conn, conn.transaction():
@@ -129,7 +131,9 @@ class MessageStore:
         )
         return {r["message_id"] for r in rows}
 
-    async def list_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int) -> Page[StoredMessage]:
+    async def list_visible(
+        self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
+    ) -> Page[StoredMessage]:
         async with self._pool.acquire() as conn:
             owned = await conn.fetchval(
                 "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id

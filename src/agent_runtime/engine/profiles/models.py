@@ -17,7 +17,7 @@ def _bcp47(value: str) -> str:
     # registered one so that "xx-YY" or "english" is rejected rather than silently stored.
     try:
         tag = langcodes.Language.get(value, normalize=False)
-    except (langcodes.LanguageTagError, ValueError) as exc:
+    except ValueError as exc:  # langcodes.LanguageTagError is a ValueError
         raise ValueError(f"not a BCP-47 language tag: {value!r}") from exc
     if not tag.is_valid() or tag.language is None:
         raise ValueError(f"not a valid BCP-47 language tag: {value!r}")

@@ -95,5 +95,11 @@ class UsageService:
         assert totals is not None
         items = [SessionUsageRow(session_id=r["session_id"], title=r["title"], **_totals(r).model_dump()) for r in rows]
         return UsagePage(
-            start=start, end=end, totals=_totals(totals), items=items, total=totals["sessions"], limit=limit, offset=offset
+            start=start,
+            end=end,
+            totals=_totals(totals),
+            items=items,
+            total=totals["sessions"],
+            limit=limit,
+            offset=offset,
         )
