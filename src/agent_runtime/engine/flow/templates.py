@@ -2,11 +2,14 @@
 
 Placeholders use `str.format` syntax (`{name}`). Agent texts (role, goal, backstory) take no placeholders:
 they are the stable part of every prompt. Each stage's task texts may use exactly the fields of that
-stage's variables model plus `{output_schema}` (the stage contract's JSON schema):
+stage's variables model plus `{output_schema}` (the stage contract's JSON schema); `*` marks the ones
+the description must use:
 
-    intent:        user_input, history, ai_language, output_schema
-    execution:     user_input, intent_summary, execution_brief, ai_language, output_schema
-    organization:  user_input, intent_summary, execution_report, ai_language, output_schema
+    intent:        user_input*, ai_language*, output_schema*
+    execution:     user_input, intent_summary, execution_brief*, ai_language, output_schema*
+    organization:  user_input, intent_summary, execution_report*, ai_language*, output_schema*
+
+The chat history is not a placeholder: it reaches the model as chat messages, ahead of the task text.
 
 Rendering is safe against user text containing braces: only the template (our YAML) is parsed for
 placeholders; user values are substituted as values and never parsed again. Placeholders may not carry
@@ -20,7 +23,7 @@ import json
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Literal, TypeVar
+from typing import ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -85,14 +88,9 @@ class _TasksFile(_Frozen):
     organization: TaskTemplate
 
 
-class HistoryTurn(_Frozen):
-    role: Literal["user", "assistant"]
-    content: str
-
-
 class _StageVariables(_Frozen):
     stage: ClassVar[StageName]
-    # The task template names what it must contain to be usable; anything else is optional.
+    # Placeholders the stage's task description must use to be workable; the other fields are optional.
     required: ClassVar[frozenset[str]]
 
     user_input: str
@@ -104,7 +102,7 @@ class _StageVariables(_Frozen):
 
     def template_values(self) -> dict[str, str]:
         # Every value is JSON text: strings arrive quoted and escaped, so a user message cannot fake the end
-        # of its own section of the prompt; structured values (history, reports) are JSON anyway.
+        # of its own section of the prompt; structured values (the execution report) are JSON anyway.
         values = {name: json.dumps(value, ensure_ascii=False) for name, value in self.model_dump(mode="json").items()}
         schema = STAGE_CONTRACTS[self.stage].model_json_schema()
         values["output_schema"] = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
@@ -114,8 +112,6 @@ class _StageVariables(_Frozen):
 class IntentVariables(_StageVariables):
     stage: ClassVar[StageName] = "intent"
     required: ClassVar[frozenset[str]] = frozenset({"user_input", "ai_language", "output_schema"})
-
-    history: list[HistoryTurn] = Field(default_factory=list)
 
 
 class ExecutionVariables(_StageVariables):
@@ -176,8 +172,11 @@ def _load_yaml(file: Path) -> object:
 
 
 def _parse(file: Path, model: type[_FileModel]) -> _FileModel:
+    data = _load_yaml(file)
+    if not isinstance(data, dict):
+        raise TemplateConfigError(f"{file}: expected a mapping from stage name to template, got {type(data).__name__}")
     try:
-        return model.model_validate(_load_yaml(file))
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):

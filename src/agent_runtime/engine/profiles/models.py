@@ -41,8 +41,9 @@ def _iso_country(value: str) -> str:
     return value
 
 
-LanguageTag = Annotated[str, AfterValidator(_bcp47)]
-TimeZoneName = Annotated[str, AfterValidator(_iana_timezone)]
+# 35 characters is the longest tag RFC 5646 requires implementations to support (section 4.4.1).
+LanguageTag = Annotated[str, Field(max_length=35), AfterValidator(_bcp47)]
+TimeZoneName = Annotated[str, Field(max_length=64), AfterValidator(_iana_timezone)]
 CountryCode = Annotated[str, AfterValidator(_iso_country)]
 
 

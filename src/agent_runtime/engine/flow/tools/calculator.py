@@ -5,14 +5,16 @@ sums and products people ask a chat assistant for. `//` and `%` use floored sema
 `round` rounds half up (as a pocket calculator). Results are returned as text so no digit is lost in JSON.
 
 Resource limits: the expression is at most 200 characters, exponents at most 1000 in magnitude, and the
-decimal context has 28 significant digits and traps overflow at 1e101, so inputs such as 9**9**9
-fail fast instead of burning CPU or memory. That also bounds the work done inline on the event loop.
+decimal context keeps 28 significant digits and traps overflow at 1e101 (magnitudes under about 1e-127
+become 0), so inputs such as 9**9**9 fail fast instead of burning CPU or memory. Those bounds are also why
+evaluating inline on the event loop is fine: a tool timeout could not interrupt CPU-bound code anyway.
 """
 
 from __future__ import annotations
 
 import ast
 import decimal
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
@@ -64,6 +66,9 @@ def _floor_mod(a: Decimal, b: Decimal) -> Decimal:
 def _power(base: Decimal, exponent: Decimal) -> Decimal:
     if abs(exponent) > MAX_EXPONENT:
         raise ToolError(f"exponent too large (limit {MAX_EXPONENT})")
+    # The decimal module answers 0 ** -1 with Infinity instead of signalling DivisionByZero.
+    if not base and exponent < 0:
+        raise ToolError("division by zero")
     return _CONTEXT.power(base, exponent)
 
 
@@ -107,6 +112,9 @@ def _number(value: object) -> Decimal:
     # bool is an int subclass: True + True must not be accepted as 2.
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ToolError(f"unsupported constant {value!r}")
+    # A literal such as 1e999 is already float infinity when the parser hands it over.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError("result too large (limit 1e101)")
     # repr gives the shortest text of a float literal, so 0.1 becomes Decimal("0.1"), not 0.1000000000000000055...
     # Unary plus applies the context, so an over-large literal overflows here like any other value.
     return _CONTEXT.plus(Decimal(repr(value)))
@@ -155,7 +163,10 @@ def evaluate_expression(expression: str) -> str:
     except decimal.Overflow as exc:
         raise ToolError("result too large (limit 1e101)") from exc
     except decimal.InvalidOperation as exc:
-        raise ToolError("invalid operation (e.g. square root of a negative number)") from exc
+        raise ToolError(
+            "undefined or unrepresentable result (such as 0/0, the square root of a negative number, "
+            "or an integer result of more than 28 digits)"
+        ) from exc
     except RecursionError as exc:
         raise ToolError("expression nested too deeply") from exc
 

@@ -1,0 +1,251 @@
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult
+from agent_runtime.engine.flow.templates import (
+    ExecutionVariables,
+    IntentVariables,
+    OrganizationVariables,
+    TemplateConfigError,
+    load_flow_templates,
+    render_template,
+)
+from agent_runtime.settings import PROJECT_ROOT
+
+CONFIG_DIR = PROJECT_ROOT / "config" / "crewai"
+HOSTILE = "{user_input} {0} {__class__} {output_schema} {{x}} }{"
+
+
+def _placeholders(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def _real(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((CONFIG_DIR / name).read_text(encoding="utf-8"))
+    return data
+
+
+Edit = Callable[[dict[str, Any], dict[str, Any]], None]
+
+
+def _load_edited(tmp_path: Path, edit: Edit) -> str:
+    """Copy the real config, apply `edit(agents, tasks)`, load it, and return the error message."""
+    agents, tasks = _real("agents.yaml"), _real("tasks.yaml")
+    edit(agents, tasks)
+    (tmp_path / "agents.yaml").write_text(yaml.safe_dump(agents, allow_unicode=True), encoding="utf-8")
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump(tasks, allow_unicode=True), encoding="utf-8")
+    with pytest.raises(TemplateConfigError) as info:
+        load_flow_templates(tmp_path)
+    return str(info.value)
+
+
+def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
+    templates = load_flow_templates(CONFIG_DIR)
+    assert {stage: templates.stage(stage).agent.tools for stage in ("intent", "execution", "organization")} == {
+        "intent": [],
+        "execution": ["current_time", "calculator"],
+        "organization": [],
+    }
+    assert _placeholders(templates.intent.task.description) == {"user_input", "ai_language", "output_schema"}
+    assert _placeholders(templates.execution.task.description) == {
+        "user_input",
+        "intent_summary",
+        "execution_brief",
+        "output_schema",
+    }
+    assert _placeholders(templates.organization.task.description) == {
+        "user_input",
+        "intent_summary",
+        "execution_report",
+        "ai_language",
+        "output_schema",
+    }
+    for stage in ("intent", "execution", "organization"):
+        assert "ONLY a JSON object" in templates.stage(stage).task.description
+        agent = templates.stage(stage).agent
+        assert _placeholders(agent.role + agent.goal + agent.backstory) == set()
+
+
+def test_edited_copy_of_real_config_loads(tmp_path: Path) -> None:
+    agents, tasks = _real("agents.yaml"), _real("tasks.yaml")
+    agents["intent"]["backstory"] = "Literal braces: {{not a placeholder}}."
+    (tmp_path / "agents.yaml").write_text(yaml.safe_dump(agents), encoding="utf-8")
+    (tmp_path / "tasks.yaml").write_text(yaml.safe_dump(tasks), encoding="utf-8")
+    assert load_flow_templates(tmp_path).intent.agent.backstory == "Literal braces: {{not a placeholder}}."
+
+
+def _del(path: str) -> Edit:
+    file, stage, *rest = path.split(".")
+
+    def edit(agents: dict[str, Any], tasks: dict[str, Any]) -> None:
+        target = (agents if file == "agents" else tasks)[stage]
+        if rest:
+            del target[rest[0]]
+        else:
+            del (agents if file == "agents" else tasks)[stage]
+
+    return edit
+
+
+def _set(file: str, stage: str, key: str, value: Any) -> Edit:
+    def edit(agents: dict[str, Any], tasks: dict[str, Any]) -> None:
+        (agents if file == "agents" else tasks).setdefault(stage, {})[key] = value
+
+    return edit
+
+
+def _description_with(extra: str, stage: str = "execution") -> Edit:
+    def edit(agents: dict[str, Any], tasks: dict[str, Any]) -> None:
+        tasks[stage]["description"] += extra
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "file", "message"),
+    [
+        (_del("tasks.organization"), "tasks.yaml", "organization: Field required"),
+        (_del("agents.execution.goal"), "agents.yaml", "execution.goal: Field required"),
+        (_del("tasks.intent.expected_output"), "tasks.yaml", "intent.expected_output: Field required"),
+        (_set("agents", "intent", "llm", "gpt"), "agents.yaml", "intent.llm: Extra inputs are not permitted"),
+        (_set("tasks", "planning", "description", "x"), "tasks.yaml", "planning: Extra inputs are not permitted"),
+        (_set("agents", "intent", "role", 123), "agents.yaml", "intent.role: Input should be a valid string"),
+        (_set("agents", "intent", "role", ""), "agents.yaml", "intent.role: String should have at least 1 character"),
+        (_description_with(" {foo}"), "tasks.yaml", "execution.description: unknown placeholder {foo}"),
+        (
+            _description_with(" {execution_report}", "intent"),
+            "tasks.yaml",
+            "intent.description: unknown placeholder {execution_report}",
+        ),
+        (_description_with(" {}"), "tasks.yaml", "execution.description: unknown placeholder {}"),
+        (_description_with(" {0}"), "tasks.yaml", "execution.description: unknown placeholder {0}"),
+        (
+            _description_with(" {user_input.__class__}"),
+            "tasks.yaml",
+            "execution.description: unknown placeholder {user_input.__class__}",
+        ),
+        (
+            _description_with(" {user_input[0]}"),
+            "tasks.yaml",
+            "execution.description: unknown placeholder {user_input[0]}",
+        ),
+        (
+            _description_with(" {user_input:>999999999}"),
+            "tasks.yaml",
+            "execution.description: placeholder {user_input:>999999999} must not have a conversion or a format spec",
+        ),
+        (
+            _description_with(" {user_input!r}"),
+            "tasks.yaml",
+            "execution.description: placeholder {user_input!r} must not have a conversion or a format spec",
+        ),
+        (
+            _set("tasks", "organization", "expected_output", "JSON {"),
+            "tasks.yaml",
+            "organization.expected_output: malformed template (Single '{' encountered in format string); "
+            "write literal braces as {{ and }}",
+        ),
+        (
+            _set("tasks", "execution", "description", "Do {execution_brief}."),
+            "tasks.yaml",
+            "execution.description: missing required placeholder {output_schema}",
+        ),
+        (
+            _set("tasks", "organization", "description", "{output_schema}"),
+            "tasks.yaml",
+            "organization.description: missing required placeholder {ai_language}, {execution_report}",
+        ),
+        (
+            _set("agents", "intent", "goal", "Help {user_input}"),
+            "agents.yaml",
+            "intent.goal: unknown placeholder {user_input}",
+        ),
+        (
+            _set("agents", "execution", "tools", ["current_time", "shell"]),
+            "agents.yaml",
+            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator)",
+        ),
+        (
+            _set("agents", "execution", "tools", ["calculator", "calculator"]),
+            "agents.yaml",
+            "execution.tools[1]: duplicate tool 'calculator'",
+        ),
+        (
+            _set("agents", "intent", "tools", ["calculator"]),
+            "agents.yaml",
+            "intent.tools: tools can only be granted to the stages: execution",
+        ),
+    ],
+)
+def test_config_error_names_file_and_key(tmp_path: Path, edit: Edit, file: str, message: str) -> None:
+    assert _load_edited(tmp_path, edit) == f"{tmp_path / file}: {message}"
+
+
+def test_invalid_yaml_names_the_file_and_position(tmp_path: Path) -> None:
+    (tmp_path / "agents.yaml").write_text("intent: [unclosed\n", encoding="utf-8")
+    (tmp_path / "tasks.yaml").write_text((CONFIG_DIR / "tasks.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2, column 1") as info:
+        load_flow_templates(tmp_path)
+    assert isinstance(info.value, TemplateConfigError)
+    assert str(info.value).startswith(f"{tmp_path / 'agents.yaml'}: invalid YAML: while parsing a flow sequence")
+
+
+@pytest.mark.parametrize(("content", "kind"), [("", "NoneType"), ("- intent\n", "list")])
+def test_file_that_is_not_a_mapping_is_rejected(tmp_path: Path, content: str, kind: str) -> None:
+    (tmp_path / "agents.yaml").write_text(content, encoding="utf-8")
+    with pytest.raises(TemplateConfigError) as info:
+        load_flow_templates(tmp_path)
+    assert str(info.value) == f"{tmp_path / 'agents.yaml'}: expected a mapping from stage name to template, got {kind}"
+
+
+def test_missing_file_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(TemplateConfigError) as info:
+        load_flow_templates(tmp_path)
+    assert str(info.value) == f"{tmp_path / 'agents.yaml'}: cannot read: No such file or directory"
+
+
+def test_hostile_braces_in_user_input_are_inserted_verbatim() -> None:
+    template = load_flow_templates(CONFIG_DIR).intent.task.description
+    variables = IntentVariables(user_input=HOSTILE, ai_language="en-US")
+    rendered = render_template(template, variables.template_values())
+    schema = json.dumps(IntentResult.model_json_schema(), ensure_ascii=False, separators=(",", ":"))
+    # Independent oracle: plain substring replacement, user_input last so its braces are never looked at.
+    expected = (
+        template.replace("{ai_language}", '"en-US"')
+        .replace("{output_schema}", schema)
+        .replace("{user_input}", json.dumps(HOSTILE))
+    )
+    assert rendered == expected
+    assert rendered.count(json.dumps(HOSTILE)) == 1
+
+
+def test_template_values_are_json_text_for_every_stage() -> None:
+    report = ExecutionResult(status="SUCCESS", execution_summary="ok", report_brief="say 4", execution_data={"r": 4})
+    intent_values = IntentVariables(user_input='say "hi"\n', ai_language="zh-CN").template_values()
+    execution_values = ExecutionVariables(
+        user_input="2+2?", ai_language="zh-CN", intent_summary="sum", execution_brief="add {2} and 2"
+    ).template_values()
+    organization_values = OrganizationVariables(
+        user_input="2+2?", ai_language="zh-CN", intent_summary="sum", execution_report=report
+    ).template_values()
+    assert {k: v for k, v in intent_values.items() if k != "output_schema"} == {
+        "user_input": '"say \\"hi\\"\\n"',
+        "ai_language": '"zh-CN"',
+    }
+    assert {k: v for k, v in execution_values.items() if k != "output_schema"} == {
+        "user_input": '"2+2?"',
+        "ai_language": '"zh-CN"',
+        "intent_summary": '"sum"',
+        "execution_brief": '"add {2} and 2"',
+    }
+    assert json.loads(organization_values["execution_report"]) == report.model_dump(mode="json")
+    assert json.loads(organization_values["output_schema"])["title"] == "OrganizationResult"
+    assert json.loads(execution_values["output_schema"])["title"] == "ExecutionResult"
