@@ -98,6 +98,8 @@ def _from_wire(wire: _WireMessage) -> ChatMessage:
         raise UnrepresentableMessageError(f"a {wire.role} message with a participant name cannot be stored")
     if wire.role != "assistant" and wire.tool_calls:
         raise UnrepresentableMessageError(f"a {wire.role} message cannot carry tool calls")
+    if wire.role != "tool" and wire.tool_call_id is not None:
+        raise UnrepresentableMessageError(f"a {wire.role} message cannot answer a tool call")
     match wire.role:
         case "system":
             return SystemMessage(content=_required_content(wire))

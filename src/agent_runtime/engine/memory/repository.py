@@ -22,7 +22,8 @@ class WindowRead(BaseModel):
     least that user message). `system` is the newest system message, wherever it is. Messages older than
     this are outside any window of at most `max_messages` messages by construction: a kept turn lies
     entirely within the newest `max_messages` messages, so the window is the same as over the whole
-    conversation.
+    conversation. (A stray tool result with no call before it, which the engine never writes, takes a
+    place in the read but not in the window; the window is then still valid, possibly shorter.)
     """
 
     system: SystemMessage | None = None
