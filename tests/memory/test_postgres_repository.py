@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.conftest import User
 
 from agent_runtime.engine.memory import (
     AssistantMessage,
@@ -25,7 +26,6 @@ from agent_runtime.engine.memory import (
 from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
-from tests.conftest import User
 
 
 async def _conversation(engine: RuntimeEngine, user: User) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from agent_runtime.engine.messages.metadata import CostSource
 
@@ -40,6 +40,11 @@ class CostBreakdown(BaseModel):
     output_tokens: int = Field(ge=0)
     cache_hit_tokens: int | None = Field(default=None, ge=0)
     cache_miss_tokens: int | None = Field(default=None, ge=0)
+
+    @field_serializer("cost", when_used="json")
+    def _fixed_point(self, cost: Decimal) -> str:
+        # str(Decimal) of a zero with 10 places is "0E-10"; JSON readers expect "0.0000000000".
+        return format(cost, "f")
 
     @classmethod
     def unpriced(cls, usage: LLMUsage | None) -> CostBreakdown:

@@ -60,6 +60,7 @@ def configure_crewai_env(data_dir: Path) -> Path:
     storage.mkdir(parents=True, exist_ok=True)
     os.environ.update(OFFLINE_ENV)
     os.environ[STORAGE_ENV] = str(storage)
+    _record_tracing_declined()
     return storage
 
 
@@ -69,6 +70,39 @@ def load_crewai(data_dir: Path) -> ModuleType:
     crewai = importlib.import_module("crewai")
     _quiet_console()
     return crewai
+
+
+def _record_tracing_declined() -> None:
+    # With no consent record in the storage dir CrewAI treats the process as a "first-time user": its
+    # trace listener registers ~90 event handlers at import (each event then costs a thread-pool hop)
+    # and may offer to collect traces. Record the answer `crewai traces disable` would record. This
+    # module of crewai_core does not import crewai itself.
+    user_data = importlib.import_module("crewai_core.user_data")
+    if not user_data.has_user_declined_tracing():
+        user_data.update_user_data({"first_execution_done": True, "trace_consent": False})
+
+
+def quiet_event_bus() -> int:
+    """Detach CrewAI's own console/telemetry/trace listeners from its event bus; return how many.
+
+    Measured: CPU per run, not correctness. Every `crewai_event_bus.emit` with a handler submits that
+    handler to the bus's thread pool (one hop per event, dozens per stage) even when it does nothing
+    (console quiet, telemetry and tracing off). Handlers registered by anything else are kept, and
+    handlers a flow or crew adds per kickoff are unaffected. Call after `load_crewai`.
+    """
+    bus_module = importlib.import_module("crewai.events.event_bus")
+    bus = bus_module.crewai_event_bus
+    removed = 0
+    # The bus has `on`/`off` but no public way to list handlers: read its registry, detach with `off`.
+    for event_type, handlers in list(getattr(bus, "_sync_handlers", {}).items()):
+        for handler in list(handlers):
+            if getattr(handler, "__module__", "").startswith(_CREWAI_DEFAULT_LISTENER_MODULES):
+                bus.off(event_type, handler)
+                removed += 1
+    return removed
+
+
+_CREWAI_DEFAULT_LISTENER_MODULES = ("crewai.events.event_listener", "crewai.events.listeners.tracing")
 
 
 def _quiet_console() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -94,7 +94,7 @@ class LLMClient:
                 return event.response
         raise AssertionError("stream() always ends with LLMStreamEnd or raises")
 
-    async def _stream_once(self, target: CallTarget, kwargs: dict[str, Any]) -> AsyncIterator[LLMStreamEvent]:
+    async def _stream_once(self, target: CallTarget, kwargs: dict[str, Any]) -> AsyncGenerator[LLMStreamEvent, None]:
         accumulator = StreamAccumulator()
         async with asyncio.timeout(self._timeout):
             chunks = await self._acompletion(**kwargs)

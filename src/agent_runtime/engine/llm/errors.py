@@ -145,16 +145,18 @@ def map_exception(exc: BaseException, *, secrets: Iterable[str] = ()) -> LLMErro
     message = scrub(f"{type(exc).__name__}: {exc}", secrets)
     if isinstance(exc, TimeoutError):
         return LLMTimeoutError(provider_message=message)
-    litellm = load_litellm()
+    load_litellm()
+    from litellm.exceptions import APIConnectionError, APIError, MidStreamFallbackError, Timeout
+
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    if isinstance(exc, litellm.MidStreamFallbackError):
+    if isinstance(exc, MidStreamFallbackError):
         return LLMStreamInterruptedError(provider_status=status, provider_message=message)
-    if isinstance(exc, litellm.Timeout):
+    if isinstance(exc, Timeout):
         return LLMTimeoutError(provider_status=status, provider_message=message)
-    if isinstance(exc, litellm.APIConnectionError):
+    if isinstance(exc, APIConnectionError):
         return LLMConnectionError(provider_status=status, provider_message=message)
-    if status is None and not isinstance(exc, litellm.APIError):
+    if status is None and not isinstance(exc, APIError):
         return LLMError(provider_message=message)
     retry_after = parse_retry_after(_response_headers(exc).get("retry-after"))
     return _class_for_status(status)(provider_status=status, provider_message=message, retry_after=retry_after)

@@ -41,6 +41,7 @@ class FunctionSpec(_Wire):
         default_factory=lambda: {"type": "object", "properties": {}},
         description="JSON Schema of the arguments object.",
     )
+    strict: bool | None = None
 
 
 class ToolSchema(_Wire):
