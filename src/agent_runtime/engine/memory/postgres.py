@@ -2,7 +2,7 @@
 
 One repository per caller: every statement carries the caller's `user_id`, so a conversation id of
 another user reads as empty and cannot be written. Appends go through the same seq allocation as the
-rest of the engine (`messages.store.append_in_transaction`), so memory writes never rewrite rows and
+rest of the engine (`messages.store.insert_messages`), so memory writes never rewrite rows and
 never lose concurrent messages.
 """
 
@@ -35,7 +35,7 @@ from agent_runtime.engine.messages.metadata import (
     UserInputMetadata,
 )
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import append_in_transaction
+from agent_runtime.engine.messages.store import insert_messages
 from agent_runtime.engine.pagination import Page
 
 _COLUMNS = "message_id, seq, role, content, metadata, created_at"
@@ -150,8 +150,7 @@ class PostgresChatMemoryRepository:
             return
         rows = [to_new_message(m) for m in messages]
         try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                await append_in_transaction(conn, self._ctx, session_id, rows)
+            await insert_messages(self._pool, self._ctx, session_id, rows)
         except ConflictError as exc:
             raise DuplicateMessageError(exc.message) from exc
 

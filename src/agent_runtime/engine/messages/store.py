@@ -9,7 +9,7 @@ append leaves no row behind (a gap in seq at worst, never a duplicate).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from uuid import UUID, uuid4
+from uuid import UUID
 
 import asyncpg
 
@@ -43,64 +43,70 @@ def row_to_message(row: asyncpg.Record) -> StoredMessage:
     )
 
 
-async def append_in_transaction(
-    conn: asyncpg.Connection, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]
+_APPEND_SQL = f"""
+WITH counters AS (
+    UPDATE agent_chat_sessions
+       SET next_seq = next_seq + $3, next_audit_seq = next_audit_seq - $4,
+           title = COALESCE(title, $5), updated_at = now()
+     WHERE id = $1 AND user_id = $2
+    RETURNING next_seq - $3 AS first_seq, next_audit_seq + $4 AS first_audit_seq, billing_currency
+), incoming AS (
+    SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::jsonb[], $10::int[], $11::int[], $12::numeric[],
+                         $13::bool[], $14::int[])
+        AS t(message_id, role, content, metadata, input_tokens, output_tokens, cost, is_audit, position)
+)
+INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata,
+                                 input_tokens, output_tokens, cost, currency)
+SELECT gen_random_uuid(), $1, $2, i.message_id,
+       CASE WHEN i.is_audit THEN c.first_audit_seq - i.position ELSE c.first_seq + i.position END,
+       i.role, i.content, i.metadata, i.input_tokens, i.output_tokens, i.cost, c.billing_currency
+FROM incoming i CROSS JOIN counters c
+RETURNING {COLUMNS}
+"""
+
+
+async def insert_messages(
+    conn: asyncpg.Connection | asyncpg.Pool, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]
 ) -> list[StoredMessage]:
-    """Append `messages` in order; the caller owns the transaction."""
-    visible = sum(1 for m in messages if not m.is_audit)
-    audit = len(messages) - visible
+    """Append `messages` in order in one statement (so one round trip and atomic on its own).
+
+    `position` numbers visible and audit messages separately, so each kind gets consecutive seqs
+    from its own counter in the order given.
+    """
+    if not messages:
+        return []
+    positions: list[int] = []
+    counts = {True: 0, False: 0}
+    for message in messages:
+        positions.append(counts[message.is_audit])
+        counts[message.is_audit] += 1
     first_user = next((m for m in messages if m.role == "user"), None)
     title = build_session_title(first_user.content) if first_user is not None else None
-    counters = await conn.fetchrow(
-        """
-        UPDATE agent_chat_sessions
-           SET next_seq = next_seq + $3, next_audit_seq = next_audit_seq - $4,
-               title = COALESCE(title, $5), updated_at = now()
-         WHERE id = $1 AND user_id = $2
-        RETURNING next_seq - $3 AS first_seq, next_audit_seq + $4 AS first_audit_seq, billing_currency
-        """,
-        session_id,
-        ctx.user_id,
-        visible,
-        audit,
-        title,
-    )
-    if counters is None:
+    try:
+        rows = await conn.fetch(
+            _APPEND_SQL,
+            session_id,
+            ctx.user_id,
+            counts[False],
+            counts[True],
+            title,
+            [m.message_id for m in messages],
+            [m.role for m in messages],
+            [m.content for m in messages],
+            [m.metadata.model_dump(mode="json", exclude_none=True) for m in messages],
+            [m.input_tokens for m in messages],
+            [m.output_tokens for m in messages],
+            [m.cost for m in messages],
+            [m.is_audit for m in messages],
+            positions,
+        )
+    except asyncpg.UniqueViolationError as exc:
+        ids = ", ".join(repr(m.message_id) for m in messages)
+        raise ConflictError(f"a message id among {ids} is already stored in this session") from exc
+    if not rows:
         raise session_not_found(session_id)
-    next_visible: int = counters["first_seq"]
-    next_audit: int = counters["first_audit_seq"]
-    stored: list[StoredMessage] = []
-    for message in messages:
-        if message.is_audit:
-            seq, next_audit = next_audit, next_audit - 1
-        else:
-            seq, next_visible = next_visible, next_visible + 1
-        try:
-            row = await conn.fetchrow(
-                f"""
-                INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata,
-                                                 input_tokens, output_tokens, cost, currency)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-                RETURNING {COLUMNS}
-                """,
-                uuid4(),
-                session_id,
-                ctx.user_id,
-                message.message_id,
-                seq,
-                message.role,
-                message.content,
-                message.metadata.model_dump(mode="json", exclude_none=True),
-                message.input_tokens,
-                message.output_tokens,
-                message.cost,
-                counters["billing_currency"],
-            )
-        except asyncpg.UniqueViolationError as exc:
-            raise ConflictError(f"message id {message.message_id!r} is already stored in this session") from exc
-        assert row is not None
-        stored.append(row_to_message(row))
-    return stored
+    by_id = {row["message_id"]: row_to_message(row) for row in rows}
+    return [by_id[m.message_id] for m in messages]
 
 
 class MessageStore:
@@ -110,10 +116,7 @@ class MessageStore:
     async def append(
         self, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]
     ) -> list[StoredMessage]:
-        if not messages:
-            return []
-        async with self._pool.acquire() as conn, conn.transaction():
-            return await append_in_transaction(conn, ctx, session_id, messages)
+        return await insert_messages(self._pool, ctx, session_id, messages)
 
     async def append_one(self, ctx: RequestContext, session_id: UUID, message: NewMessage) -> StoredMessage:
         (stored,) = await self.append(ctx, session_id, [message])
