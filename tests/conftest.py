@@ -16,7 +16,7 @@ from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.engine.runtime import RuntimeEngine, load_config
 from agent_runtime.settings import Settings
 
 TEST_JWT_SECRET = "test-secret-for-agent-runtime-0123456789abcdef"
@@ -62,7 +62,7 @@ async def db_pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest.fixture(scope="session")
 def engine(settings: Settings, db_pool: asyncpg.Pool) -> RuntimeEngine:
-    return RuntimeEngine(settings=settings, pool=db_pool)
+    return RuntimeEngine(settings=settings, pool=db_pool, templates=load_config(settings))
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from fastapi import FastAPI
 
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware
-from agent_runtime.api.routes import health, profile, sessions, usage
+from agent_runtime.api.routes import health, profile, runs, sessions, usage
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.settings import Settings, get_settings
 
@@ -28,9 +29,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("no LLM provider key configured: answers come from the OFFLINE DEMO MODEL (demo/agent)")
         else:
             log.info("LLM model", extra={"model": settings.effective_llm_model})
+        # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
+        warm_up = asyncio.create_task(resources.engine.runs.warm_up(), name="warm-up")
         try:
             yield
         finally:
+            warm_up.cancel()
             await resources.close()
 
     app = FastAPI(
@@ -44,5 +48,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(profile.router)
     app.include_router(sessions.router)
     app.include_router(usage.router)
+    app.include_router(runs.router)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_bytes)
     return app

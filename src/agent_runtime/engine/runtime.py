@@ -11,8 +11,11 @@ import asyncpg
 from agent_runtime.db.embedded import EmbeddedPostgres
 from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.pool import create_pool
+from agent_runtime.engine.billing.pricing import PricingTable
+from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.runs.service import RunService
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.service import UsageService
 from agent_runtime.settings import Settings
@@ -24,10 +27,12 @@ log = logging.getLogger(__name__)
 class RuntimeEngine:
     settings: Settings
     pool: asyncpg.Pool
+    templates: FlowTemplates
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
     usage: UsageService = field(init=False)
+    runs: RunService = field(init=False)
 
     def __post_init__(self) -> None:
         self.profiles = ProfileService(self.pool)
@@ -39,6 +44,7 @@ class RuntimeEngine:
         )
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool)
+        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.profiles, self.templates)
 
     async def is_ready(self) -> bool:
         try:
@@ -56,12 +62,20 @@ class EngineResources:
     embedded: EmbeddedPostgres | None
 
     async def close(self) -> None:
+        await self.engine.runs.aclose()
         await self.engine.pool.close()
         if self.embedded is not None:
             self.embedded.stop()
 
 
+def load_config(settings: Settings) -> FlowTemplates:
+    """Validate the YAML configuration up front: a bad template or price table stops start-up."""
+    PricingTable.load(settings.pricing_file)
+    return load_flow_templates(settings.crewai_config_dir)
+
+
 async def open_engine(settings: Settings) -> EngineResources:
+    templates = load_config(settings)
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
@@ -76,4 +90,4 @@ async def open_engine(settings: Settings) -> EngineResources:
         if embedded is not None:
             embedded.stop()
         raise
-    return EngineResources(engine=RuntimeEngine(settings=settings, pool=pool), embedded=embedded)
+    return EngineResources(engine=RuntimeEngine(settings=settings, pool=pool, templates=templates), embedded=embedded)

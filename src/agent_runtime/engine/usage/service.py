@@ -103,3 +103,18 @@ class UsageService:
             limit=limit,
             offset=offset,
         )
+
+
+async def run_totals(pool: asyncpg.Pool, ctx: RequestContext, session_id: UUID, run_id: str) -> UsageTotals:
+    """One run's tokens and cost, summed by the database from the rows the run wrote."""
+    row = await pool.fetchrow(
+        f"""
+        SELECT {_SUMS} FROM agent_chat_messages m
+        WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ->> 'run_id' = $3 AND m.metadata ? 'cost_source'
+        """,
+        session_id,
+        ctx.user_id,
+        run_id,
+    )
+    assert row is not None
+    return _totals(row)

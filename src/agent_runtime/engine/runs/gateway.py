@@ -1,0 +1,112 @@
+"""The per-run `call_model` the CrewAI stages call: one LLM call, streamed events, recorded rows.
+
+Built once per run, so everything it touches (events queue, recorder, text extractors) belongs to that
+run: concurrent runs share only the process-wide `LLMClient`.
+"""
+
+from __future__ import annotations
+
+import json
+from uuid import uuid4
+
+from agent_runtime.engine.flow.crew_llm import AdapterEvent, ModelCall, ModelReply, ToolResultObserved
+from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, ToolSchema, WireMessage
+from agent_runtime.engine.messages.metadata import ToolCallSpec
+from agent_runtime.engine.runs.events import RunEvents
+from agent_runtime.engine.runs.partial_text import AssistantTextExtractor
+from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolResultRecord
+
+# Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
+ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
+
+
+def _is_error_result(content: str) -> bool:
+    # Our tools report failures as {"error": "..."} (ToolOutcome.failure).
+    try:
+        parsed = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and set(parsed) == {"error"}
+
+
+class RunGateway:
+    def __init__(
+        self, llm: LLMClient, events: RunEvents, recorder: RunRecorder, *, answer_message_id: str, model: str
+    ) -> None:
+        self._llm = llm
+        self._events = events
+        self._recorder = recorder
+        self._model = model
+        self.answer_message_id = answer_message_id
+        self._stage: str | None = None
+        self.extractors = {
+            stage: AssistantTextExtractor(required_route=route) for stage, route in ANSWER_STAGES.items()
+        }
+        self.responses: list[LLMResponse] = []
+
+    def finish_stage(self) -> None:
+        if self._stage is not None:
+            self._events.step_finished(self._stage)
+            self._stage = None
+
+    def _enter(self, stage: str) -> None:
+        if stage != self._stage:
+            self.finish_stage()
+            self._stage = stage
+            self._events.step_started(stage)
+
+    async def __call__(self, call: ModelCall) -> ModelReply:
+        await self._recorder.flush_tool_results()
+        self._enter(call.stage)
+        extractor = self.extractors.get(call.stage)
+        request = LLMRequest(
+            model=self._model,
+            messages=[WireMessage.model_validate(m) for m in call.messages],
+            tools=[ToolSchema.model_validate(t) for t in call.tools] if call.tools else None,
+            json_mode=call.json_mode,
+            stream=extractor is not None,
+        )
+        if extractor is not None:
+            extractor.reset()
+
+            async def on_delta(text: str) -> None:
+                self._events.text_content(self.answer_message_id, extractor.feed(text))
+
+            response = await self._llm.complete_streaming(request, on_delta)
+        else:
+            response = await self._llm.complete(request)
+        self.responses.append(response)
+        if response.tool_calls and call.tools:
+            calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
+            row = await self._recorder.tool_calls(call.stage, response, calls)
+            for spec in calls:
+                self._events.tool_call(
+                    tool_call_id=spec.id, name=spec.name, arguments=spec.arguments, parent_message_id=row.message_id
+                )
+            return ModelReply(content=response.content or None, tool_calls=calls)
+        self._recorder.stage_output(StageOutput(stage=call.stage, attempt=call.attempt, response=response))
+        return ModelReply(content=response.content)
+
+    def sink(self, event: AdapterEvent) -> None:
+        """CrewAI adapter events (on the loop thread): tool results become events and queued rows."""
+        if not isinstance(event, ToolResultObserved):
+            return  # tool calls are emitted above, right after the row that holds them is stored
+        record = ToolResultRecord(
+            message_id=str(uuid4()),
+            tool_call_id=event.call_id,
+            name=event.name,
+            content=event.content,
+            is_error=_is_error_result(event.content),
+        )
+        self._events.tool_result(message_id=record.message_id, tool_call_id=record.tool_call_id, content=record.content)
+        self._recorder.tool_result(record)
+
+    def stream_rest_of_answer(self, stage: str, text: str) -> None:
+        """Emit whatever of the final answer was not streamed (e.g. a provider that did not stream)."""
+        extractor = self.extractors.get(stage)
+        emitted = extractor.emitted if extractor is not None else ""
+        rest = text[len(emitted) :] if text.startswith(emitted) else ""
+        if rest or not emitted:
+            self._events.text_content(self.answer_message_id, rest or text)
+        self._events.text_end()

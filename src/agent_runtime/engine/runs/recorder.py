@@ -1,0 +1,162 @@
+"""Persistence of one run: which model call lands on which row, with its own tokens and cost.
+
+Every model call is recorded on exactly one row, so SQL sums never double count:
+- a call that asked for tools -> the visible `tool_call` row (seq > 0), written at once;
+- the user-facing answer (organization, or intent on the DIRECT_EXECUTION route) -> the visible
+  assistant reply (seq > 0); the raw stage JSON is kept beside it as an audit row without usage;
+- every other stage output (intent, execution, rejected attempts) -> an audit row (seq < 0).
+JSON outputs wait until the run ends (only then is it known which attempt was valid and which route
+was taken); on failure they are all written as audit rows, so a failed run still bills what it used.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.llm.models import LLMResponse
+from agent_runtime.engine.messages.metadata import (
+    AssistantOutputMetadata,
+    AuditMetadata,
+    ToolCallMetadata,
+    ToolCallSpec,
+    ToolResultMetadata,
+)
+from agent_runtime.engine.messages.models import NewMessage, StoredMessage
+from agent_runtime.engine.messages.store import MessageStore
+
+
+class StageOutput(BaseModel):
+    stage: str
+    attempt: int
+    response: LLMResponse
+
+
+class ToolResultRecord(BaseModel):
+    message_id: str
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool
+
+
+class StageOutcomes(BaseModel):
+    rejected: list[StageOutput]
+    final: dict[str, StageOutput]
+
+
+def _billed(row: NewMessage, response: LLMResponse) -> NewMessage:
+    cost = response.cost
+    return row.model_copy(
+        update={"input_tokens": cost.input_tokens, "output_tokens": cost.output_tokens, "cost": cost.cost}
+    )
+
+
+class RunRecorder:
+    def __init__(self, store: MessageStore, ctx: RequestContext, session_id: UUID, run_id: str) -> None:
+        self._store = store
+        self._ctx = ctx
+        self._session_id = session_id
+        self.run_id = run_id
+        self._outputs: list[StageOutput] = []
+        self._tool_results: list[ToolResultRecord] = []
+
+    async def tool_calls(self, stage: str, response: LLMResponse, calls: list[ToolCallSpec]) -> StoredMessage:
+        await self.flush_tool_results()
+        metadata = ToolCallMetadata(
+            tool_calls=calls,
+            run_id=self.run_id,
+            stage=stage,
+            model=response.model,
+            cost_source=response.cost.cost_source,
+            cached_tokens=response.cost.cache_hit_tokens,
+        )
+        row = NewMessage(role="assistant", content=response.content, metadata=metadata)
+        return await self._store.append_one(self._ctx, self._session_id, _billed(row, response))
+
+    def tool_result(self, record: ToolResultRecord) -> None:
+        """Queue a tool result (called from a sync event sink); written before the next row."""
+        self._tool_results.append(record)
+
+    async def flush_tool_results(self) -> None:
+        if not self._tool_results:
+            return
+        pending, self._tool_results = self._tool_results, []
+        rows = [
+            NewMessage(
+                role="tool",
+                content=r.content,
+                message_id=r.message_id,
+                metadata=ToolResultMetadata(
+                    tool_call_id=r.tool_call_id, tool_name=r.name, is_error=r.is_error, run_id=self.run_id
+                ),
+            )
+            for r in pending
+        ]
+        await self._store.append(self._ctx, self._session_id, rows)
+
+    def stage_output(self, output: StageOutput) -> None:
+        self._outputs.append(output)
+
+    def _audit(self, output: StageOutput, *, billed: bool, error: str | None = None) -> NewMessage:
+        response = output.response
+        metadata = AuditMetadata(
+            stage=output.stage,
+            run_id=self.run_id,
+            model=response.model,
+            cost_source=response.cost.cost_source if billed else None,
+            cached_tokens=response.cost.cache_hit_tokens if billed else None,
+            raw_output=response.content,
+            error=error,
+        )
+        row = NewMessage(role="assistant", content=response.content, metadata=metadata)
+        return _billed(row, response) if billed else row
+
+    def _outcomes(self) -> StageOutcomes:
+        """The last output of each stage is the one its contract accepted; earlier ones were rejected."""
+        rejected: list[StageOutput] = []
+        final: dict[str, StageOutput] = {}
+        for output in self._outputs:
+            previous = final.get(output.stage)
+            if previous is not None:
+                rejected.append(previous)
+            final[output.stage] = output
+        return StageOutcomes(rejected=rejected, final=final)
+
+    async def completed(self, *, answer_stage: str, answer_text: str, message_id: str, demo: bool) -> StoredMessage:
+        """Write the outputs of a successful run and the visible reply; returns the reply row."""
+        await self.flush_tool_results()
+        outcomes = self._outcomes()
+        rejection = "rejected: did not match the stage contract"
+        rows = [self._audit(o, billed=True, error=rejection) for o in outcomes.rejected]
+        answer = outcomes.final.get(answer_stage)
+        rows += [self._audit(o, billed=stage != answer_stage) for stage, o in outcomes.final.items()]
+        reply = NewMessage(
+            role="assistant",
+            content=answer_text,
+            message_id=message_id,
+            metadata=AssistantOutputMetadata(
+                run_id=self.run_id,
+                stage=answer_stage,
+                model=answer.response.model if answer else None,
+                cost_source=answer.response.cost.cost_source if answer else None,
+                cached_tokens=answer.response.cost.cache_hit_tokens if answer else None,
+                demo=demo,
+                message_id=message_id,
+            ),
+        )
+        if answer is not None:
+            reply = _billed(reply, answer.response)
+        stored = await self._store.append(self._ctx, self._session_id, [*rows, reply])
+        self._outputs.clear()
+        return stored[-1]
+
+    async def failed(self, error: str) -> None:
+        """Keep every model output of a failed run (and its cost) as audit rows."""
+        await self.flush_tool_results()
+        rows = [self._audit(o, billed=True, error=error) for o in self._outputs]
+        self._outputs.clear()
+        if rows:
+            await self._store.append(self._ctx, self._session_id, rows)
