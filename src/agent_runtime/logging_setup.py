@@ -11,7 +11,14 @@ from typing import Any
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
-_STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "taskName"}
+# color_message is uvicorn's ANSI copy of msg; libraries (LiteLLM) also attach non-data attributes.
+_STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
+_PLAIN = (str, int, float, bool, type(None), list, dict)
 
 
 class JsonFormatter(logging.Formatter):
@@ -26,7 +33,7 @@ class JsonFormatter(logging.Formatter):
         if request_id is not None:
             payload["request_id"] = request_id
         for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+            if key not in _STANDARD_ATTRS and not key.startswith("_") and isinstance(value, _PLAIN):
                 payload[key] = value
         if record.exc_info:
             payload["exc"] = self.formatException(record.exc_info)
