@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agent_runtime.engine.billing.cost import CostCalculator
@@ -14,7 +14,7 @@ from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
 from agent_runtime.engine.llm.errors import LLMError, map_exception
 from agent_runtime.engine.llm.litellm_import import load_litellm
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent, LLMTextDelta
+from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
 from agent_runtime.settings import Settings
@@ -24,14 +24,41 @@ logger = logging.getLogger(__name__)
 OnDelta = Callable[[str], Awaitable[None]]
 
 
+@dataclass(slots=True)
+class _Progress:
+    """What one attempt has done that decides whether it may be retried."""
+
+    delivered: bool = False
+    in_callback: bool = False
+
+
+async def _close(chunks: Any) -> None:
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        await close()
+
+
 class LLMClient:
     """Build one per process and share it; it holds no per-call state.
 
     Timeouts: `llm_connect_timeout_seconds` bounds connecting; `llm_timeout_seconds` bounds a whole
-    non-streamed call, and for a stream the wait for each chunk (a total bound would cut long answers).
+    non-streamed call, and for a stream the wait for the first chunk and then every socket read (the
+    transport's read timeout): a total bound would cut long answers, and an `asyncio.timeout` per chunk
+    cost more than the rest of our per-chunk work together.
+
+    Retries (429, 5xx, timeouts, connection errors; never other 4xx) happen only while nothing has been
+    handed to the caller: once a streamed piece went out, a failure is raised as it is.
     """
 
-    def __init__(self, settings: Settings, *, pricing: PricingTable | None = None, rng: random.Random | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pricing: PricingTable | None = None,
+        rng: random.Random | None = None,
+        acompletion: Callable[..., Awaitable[Any]] | None = None,
+    ) -> None:
+        """`acompletion` replaces `litellm.acompletion` (benchmarks measure this layer alone with it)."""
         self.settings = settings
         self.builder = CallBuilder(settings)
         self.retry = RetryPolicy.from_settings(settings)
@@ -39,30 +66,51 @@ class LLMClient:
         self._rng = rng or random.Random()
         self._timeout = settings.llm_timeout_seconds
         self._secrets = self.builder.secrets()
-        # Looked up once: attribute access on the litellm module is measurable at this call rate.
-        self._acompletion: Callable[..., Awaitable[Any]] = load_litellm().acompletion
+        # Looked up once: LiteLLM resolves module attributes lazily, per access.
+        self._acompletion: Callable[..., Awaitable[Any]] = acompletion or load_litellm().acompletion
 
     @property
     def default_model(self) -> str:
         return self.settings.effective_llm_model
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One answer; with `request.stream` set it is streamed on the wire and returned whole."""
         if request.stream:
             return await self.complete_streaming(request)
         target = self.builder.target(request.model)
         kwargs = self.builder.kwargs(request, target, stream=False)
-        retries = 0
-        while True:
+
+        async def attempt(_: _Progress) -> LLMResponse:
+            async with asyncio.timeout(self._timeout):
+                raw = await self._acompletion(**kwargs)
+            return self._response(target, parse_completion(raw))
+
+        return await self._with_retries(target, attempt)
+
+    async def complete_streaming(self, request: LLMRequest, on_delta: OnDelta | None = None) -> LLMResponse:
+        """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response.
+
+        An exception raised by `on_delta` propagates unchanged and is never retried.
+        """
+        target = self.builder.target(request.model)
+        kwargs = self.builder.kwargs(request, target, stream=True)
+
+        async def attempt(progress: _Progress) -> LLMResponse:
+            accumulator = StreamAccumulator()
+            async with asyncio.timeout(self._timeout):
+                chunks = await self._acompletion(**kwargs)
             try:
-                async with asyncio.timeout(self._timeout):
-                    raw = await self._acompletion(**kwargs)
-                return self._response(target, parse_completion(raw))
-            except Exception as exc:
-                error = map_exception(exc, secrets=self._secrets)
-                if not self.retry.should_retry(error, retries):
-                    raise error from exc
-            await self._backoff(target, error, retries)
-            retries += 1
+                async for chunk in chunks:
+                    text = accumulator.feed_text(chunk)
+                    if text and on_delta is not None:
+                        progress.delivered = progress.in_callback = True
+                        await on_delta(text)
+                        progress.in_callback = False
+            finally:
+                await _close(chunks)
+            return self._response(target, accumulator.finish())
+
+        return await self._with_retries(target, attempt)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
         """Text and tool-call deltas as they arrive, then one `LLMStreamEnd` with the whole response."""
@@ -72,47 +120,43 @@ class LLMClient:
         while True:
             delivered = False
             try:
-                async with aclosing(self._stream_once(target, kwargs)) as events:
-                    async for event in events:
-                        delivered = True
-                        yield event
-                return
+                accumulator = StreamAccumulator()
+                async with asyncio.timeout(self._timeout):
+                    chunks = await self._acompletion(**kwargs)
+                try:
+                    async for chunk in chunks:
+                        for event in accumulator.feed(chunk):
+                            delivered = True
+                            yield event
+                finally:
+                    await _close(chunks)
+                final = LLMStreamEnd(response=self._response(target, accumulator.finish()))
             except Exception as exc:
                 error = map_exception(exc, secrets=self._secrets)
                 if delivered or not self.retry.should_retry(error, retries):
                     raise error from exc
+            else:
+                yield final
+                return
             await self._backoff(target, error, retries)
             retries += 1
 
-    async def complete_streaming(self, request: LLMRequest, on_delta: OnDelta | None = None) -> LLMResponse:
-        """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response."""
-        async for event in self.stream(request):
-            if isinstance(event, LLMTextDelta):
-                if on_delta is not None:
-                    await on_delta(event.text)
-            elif isinstance(event, LLMStreamEnd):
-                return event.response
-        raise AssertionError("stream() always ends with LLMStreamEnd or raises")
-
-    async def _stream_once(self, target: CallTarget, kwargs: dict[str, Any]) -> AsyncGenerator[LLMStreamEvent, None]:
-        accumulator = StreamAccumulator()
-        async with asyncio.timeout(self._timeout):
-            chunks = await self._acompletion(**kwargs)
-        iterator = chunks.__aiter__()
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(self._timeout):
-                        chunk = await iterator.__anext__()
-                except StopAsyncIteration:
-                    break
-                for event in accumulator.feed(chunk):
-                    yield event
-        finally:
-            close = getattr(chunks, "aclose", None)
-            if close is not None:
-                await close()
-        yield LLMStreamEnd(response=self._response(target, accumulator.finish()))
+    async def _with_retries(
+        self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]]
+    ) -> LLMResponse:
+        retries = 0
+        while True:
+            progress = _Progress()
+            try:
+                return await attempt(progress)
+            except Exception as exc:
+                if progress.in_callback:
+                    raise
+                error = map_exception(exc, secrets=self._secrets)
+                if progress.delivered or not self.retry.should_retry(error, retries):
+                    raise error from exc
+            await self._backoff(target, error, retries)
+            retries += 1
 
     def _response(self, target: CallTarget, parsed: ParsedMessage) -> LLMResponse:
         return LLMResponse(

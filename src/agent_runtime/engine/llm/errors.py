@@ -138,6 +138,21 @@ def _class_for_status(status: int | None) -> type[LLMError]:
     return LLMInvalidResponseError
 
 
+def _connection_failure(exc: BaseException) -> bool:
+    """LiteLLM reports "connection refused" and "server disconnected" as HTTP 500; the cause chain knows better."""
+    import aiohttp
+    import httpx
+
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, aiohttp.ClientConnectionError | httpx.ConnectError | httpx.RemoteProtocolError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def map_exception(exc: BaseException, *, secrets: Iterable[str] = ()) -> LLMError:
     """Translate anything a model call raised into our error tree (the caller chains the original)."""
     if isinstance(exc, LLMError):
@@ -151,10 +166,12 @@ def map_exception(exc: BaseException, *, secrets: Iterable[str] = ()) -> LLMErro
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
     if isinstance(exc, MidStreamFallbackError):
+        if isinstance(exc.original_exception, Timeout):
+            return LLMTimeoutError(provider_message=message)
         return LLMStreamInterruptedError(provider_status=status, provider_message=message)
     if isinstance(exc, Timeout):
         return LLMTimeoutError(provider_status=status, provider_message=message)
-    if isinstance(exc, APIConnectionError):
+    if isinstance(exc, APIConnectionError) or _connection_failure(exc):
         return LLMConnectionError(provider_status=status, provider_message=message)
     if status is None and not isinstance(exc, APIError):
         return LLMError(provider_message=message)

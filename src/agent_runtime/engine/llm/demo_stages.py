@@ -1,0 +1,259 @@
+"""What the offline demo model answers: deterministic, labelled as a demo, valid for the three agent stages.
+
+The stage is recognised by the JSON-schema title the flow puts in its prompt; the user's request is the
+latest user message that is not a stage template, wherever it sits in the list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from agent_runtime.engine.llm.models import ToolSchema, WireFunctionCall, WireMessage, WireToolCall
+
+DEMO_PREFIX = "[demo model]"
+STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie
+_SCHEMA_TITLE = re.compile(r'"title"\s*:\s*"(IntentResult|ExecutionResult|OrganizationResult)"')
+_EXPRESSION = re.compile(r"\(*\d[\d\s.+\-*/×÷%()^]*")
+_HAS_OPERATOR = re.compile(r"\d\s*\)?\s*(?:\*\*|//|[-+*/×÷%^])\s*\(?\s*\d")
+_JSON_STRING = r'("(?:[^"\\]|\\.)*")'
+_QUOTED_USER_TEXT = (
+    re.compile(r"latest message[^\n:\"{}]*:\s*" + _JSON_STRING, re.IGNORECASE),
+    re.compile(r"\buser\b[^\n:\"{}]*:\s*" + _JSON_STRING, re.IGNORECASE),
+)
+_TIME_WORDS = re.compile(r"\b(time|date)\b|几点|时间|日期", re.IGNORECASE)
+
+
+class DemoAnswer(BaseModel):
+    content: str = ""
+    tool_calls: list[WireToolCall] = Field(default_factory=list)
+
+
+# The stage contracts as the demo writes them (engine/flow validates them; llm must not import flow).
+class _Intent(BaseModel):
+    # Field order as in the flow's contract: the runner streams assistant_text out of the partial JSON.
+    route: Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
+    assistant_text: str | None = None
+    intent_summary: str
+    execution_brief: str | None = None
+    safety_flags: list[str] = Field(default_factory=list)
+
+
+class _ToolOutput(BaseModel):
+    tool_call_id: str | None
+    name: str | None
+    output: str | None
+
+
+class _ExecutionData(BaseModel):
+    tool_results: list[_ToolOutput] = Field(default_factory=list)
+
+
+class _Execution(BaseModel):
+    status: Literal["SUCCESS", "PARTIAL", "FAILED"]
+    execution_summary: str
+    execution_data: _ExecutionData
+    report_brief: str
+    error_message: str | None = None
+
+
+class _OrganizationMetadata(BaseModel):
+    demo: bool = True
+
+
+class _Organization(BaseModel):
+    assistant_text: str
+    response_metadata: _OrganizationMetadata = Field(default_factory=_OrganizationMetadata)
+
+
+class _PlainJSON(BaseModel):
+    assistant_text: str
+
+
+def detect_stage(messages: list[WireMessage]) -> str | None:
+    for message in reversed(messages):
+        if message.content and (match := _SCHEMA_TITLE.search(message.content)):
+            return match.group(1)
+    for message in reversed(messages):
+        for title in STAGE_TITLES:
+            if message.content and title in message.content:
+                return title
+    return None
+
+
+def _strip_json_blocks(text: str) -> str:
+    kept: list[str] = []
+    depth = 0
+    for char in text:
+        if char == "{":
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+        elif depth == 0:
+            kept.append(char)
+    return "".join(kept)
+
+
+def _quoted_user_text(text: str) -> str | None:
+    for pattern in _QUOTED_USER_TEXT:
+        if match := pattern.search(text):
+            value = json.loads(match.group(1))
+            return value if isinstance(value, str) else None
+    return None
+
+
+def user_request(messages: list[WireMessage]) -> str:
+    """The text of the last user turn; when a stage template wraps it, the user's words inside it.
+
+    Templates quote the user's message as a JSON string after a label naming the user; failing that, the
+    schema (JSON blocks) is cut away so its wording cannot be mistaken for the request.
+    """
+    users = [m.content for m in messages if m.role == "user" and m.content]
+    if not users:
+        return ""
+    last = users[-1]
+    quoted = _quoted_user_text(last)
+    if quoted is not None:
+        return quoted
+    return _strip_json_blocks(last) if any(title in last for title in STAGE_TITLES) else last
+
+
+def find_expression(text: str) -> str | None:
+    for match in _EXPRESSION.finditer(text):
+        expression = (
+            str(match.group(0)).strip().rstrip("+-*/×÷%^ ").replace("×", "*").replace("÷", "/").replace("^", "**")
+        )
+        if _HAS_OPERATOR.search(expression):
+            return expression
+    return None
+
+
+def asks_for_time(text: str) -> bool:
+    return _TIME_WORDS.search(text) is not None
+
+
+def _short(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _json(payload: BaseModel) -> DemoAnswer:
+    return DemoAnswer(content=json.dumps(payload.model_dump(mode="json"), ensure_ascii=False))
+
+
+def _plain_reply(request: str) -> str:
+    said = f' You said: "{_short(request)}"' if request.strip() else ""
+    return f"{DEMO_PREFIX} This is the offline demo model; no language model provider is configured.{said}"
+
+
+def intent_answer(messages: list[WireMessage]) -> DemoAnswer:
+    request = user_request(messages)
+    expression = find_expression(request)
+    if expression is not None:
+        summary, brief = f"Calculate {expression}", f"Evaluate {expression} with the calculator tool."
+    elif asks_for_time(request):
+        summary, brief = "Tell the current date and time", "Look up the current time with the current_time tool."
+    else:
+        return _json(
+            _Intent(
+                route="DIRECT_EXECUTION",
+                intent_summary=f"{DEMO_PREFIX} Small talk: {_short(request, 60)}",
+                assistant_text=_plain_reply(request),
+            )
+        )
+    return _json(_Intent(route="NEEDS_EXECUTION", intent_summary=f"{DEMO_PREFIX} {summary}", execution_brief=brief))
+
+
+def _tool_call(tool: ToolSchema, arguments: dict[str, str], salt: int) -> WireToolCall:
+    encoded = json.dumps(arguments, ensure_ascii=False)
+    digest = hashlib.sha256(f"{tool.function.name}:{encoded}:{salt}".encode()).hexdigest()[:16]
+    return WireToolCall(id=f"call_demo_{digest}", function=WireFunctionCall(name=tool.function.name, arguments=encoded))
+
+
+def choose_tool_call(tools: list[ToolSchema], request: str, salt: int) -> WireToolCall | None:
+    expression = find_expression(request)
+    for tool in tools:
+        name = tool.function.name.lower()
+        if expression is not None and "calc" in name:
+            properties = tool.function.parameters.get("properties") or {}
+            argument = next(iter(properties), "expression")
+            return _tool_call(tool, {argument: expression}, salt)
+        if expression is None and asks_for_time(request) and "time" in name:
+            return _tool_call(tool, {}, salt)
+    return None
+
+
+def _tool_names(messages: list[WireMessage]) -> dict[str, str]:
+    return {call.id: call.function.name for m in messages for call in (m.tool_calls or [])}
+
+
+def execution_answer(messages: list[WireMessage], tools: list[ToolSchema]) -> DemoAnswer:
+    results = [m for m in messages if m.role == "tool"]
+    request = user_request(messages)
+    if tools and not results:
+        call = choose_tool_call(tools, request, salt=len(messages))
+        if call is not None:
+            return DemoAnswer(tool_calls=[call])
+    if not results:
+        return _json(
+            _Execution(
+                status="PARTIAL",
+                execution_summary=f"{DEMO_PREFIX} No tool matched the request, nothing was run.",
+                execution_data=_ExecutionData(),
+                report_brief=f"Say that the demo model could not run a tool for: {_short(request, 60)}",
+            )
+        )
+    names = _tool_names(messages)
+    outputs = [
+        _ToolOutput(tool_call_id=m.tool_call_id, name=names.get(m.tool_call_id or ""), output=m.content)
+        for m in results
+    ]
+    errors = [o.output or "" for o in outputs if '"error"' in (o.output or "")]
+    described = "; ".join(f"{o.name or 'tool'} returned {_short(o.output or '', 60)}" for o in outputs)
+    status: Literal["SUCCESS", "PARTIAL", "FAILED"] = "SUCCESS"
+    if errors:
+        status = "FAILED" if len(errors) == len(outputs) else "PARTIAL"
+    return _json(
+        _Execution(
+            status=status,
+            execution_summary=f"{DEMO_PREFIX} {described}",
+            execution_data=_ExecutionData(tool_results=outputs),
+            report_brief=f"Report the tool results to the user: {described}",
+            error_message="; ".join(errors) or None,
+        )
+    )
+
+
+def _json_string_field(messages: list[WireMessage], field: str) -> str | None:
+    pattern = re.compile(rf'"{field}"\s*:\s*' + _JSON_STRING)
+    for message in reversed(messages):
+        if message.content and (match := pattern.search(message.content)):
+            value = json.loads(match.group(1))
+            return value if isinstance(value, str) else None
+    return None
+
+
+def organization_answer(messages: list[WireMessage]) -> DemoAnswer:
+    summary = _json_string_field(messages, "execution_summary")
+    if summary is None:
+        report = _short(_strip_json_blocks(user_request(messages)), 160)
+        text = f"{DEMO_PREFIX} Here is what was done: {report}"
+    else:
+        text = f"{DEMO_PREFIX} {summary.removeprefix(DEMO_PREFIX).strip()}"
+    return _json(_Organization(assistant_text=text))
+
+
+def demo_answer(messages: list[WireMessage], tools: list[ToolSchema], json_mode: bool) -> DemoAnswer:
+    stage = detect_stage(messages)
+    if stage == "IntentResult":
+        return intent_answer(messages)
+    if stage == "ExecutionResult":
+        return execution_answer(messages, tools)
+    if stage == "OrganizationResult":
+        return organization_answer(messages)
+    reply = _plain_reply(user_request(messages))
+    return _json(_PlainJSON(assistant_text=reply)) if json_mode else DemoAnswer(content=reply)

@@ -1,0 +1,154 @@
+"""LLMClient against the DeepSeek stub: answers, usage, cost, streaming and JSON mode."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+
+from tests.llm.conftest import MakeClient
+from tests.stubs.deepseek_stub import DeepSeekStub, StubReply, StubToolCall, StubUsage
+
+from agent_runtime.engine.billing import CostBreakdown, LLMUsage
+from agent_runtime.engine.llm import (
+    FunctionSpec,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamEnd,
+    LLMTextDelta,
+    LLMToolCall,
+    LLMToolCallDelta,
+    ToolSchema,
+    WireMessage,
+)
+from agent_runtime.engine.llm.call_builder import JSON_HINT
+
+HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")])
+CALCULATOR = ToolSchema(
+    function=FunctionSpec(
+        name="calculator", parameters={"type": "object", "properties": {"expression": {"type": "string"}}}
+    )
+)
+
+
+async def test_complete_returns_whole_response_with_precise_cost(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    usage = StubUsage(prompt_tokens=1000, completion_tokens=200, cache_hit_tokens=600)
+    stub.enqueue(StubReply(content="Hi there!", usage=usage))
+    response = await make_client().complete(HELLO)
+    assert response == LLMResponse(
+        model="deepseek/deepseek-chat",
+        content="Hi there!",
+        tool_calls=[],
+        usage=LLMUsage(
+            prompt_tokens=1000, completion_tokens=200, total_tokens=1200, cache_hit_tokens=600, cache_miss_tokens=400
+        ),
+        # 600 * 0.2 + 400 * 2 + 200 * 3 = 1520 CNY per million tokens
+        cost=CostBreakdown(
+            cost=Decimal("0.001520"),
+            cost_source="custom_pricing",
+            input_tokens=1000,
+            output_tokens=200,
+            cache_hit_tokens=600,
+            cache_miss_tokens=400,
+        ),
+        finish_reason="stop",
+        is_demo=False,
+    )
+    sent = stub.requests[-1].body
+    assert sent == {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hello"}]}
+
+
+async def test_tool_calls_and_request_options_reach_the_wire(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    stub.enqueue(StubReply(tool_calls=[StubToolCall(id="call_7", name="calculator", arguments='{"expression":"2+3"}')]))
+    request = LLMRequest(
+        model="deepseek-chat",
+        messages=[WireMessage(role="system", content="be brief"), WireMessage(role="user", content="2+3?")],
+        tools=[CALCULATOR],
+        tool_choice="auto",
+        temperature=0.5,
+        max_tokens=64,
+    )
+    response = await make_client().complete(request)
+    assert response.tool_calls == [LLMToolCall(id="call_7", name="calculator", arguments='{"expression":"2+3"}')]
+    assert (response.content, response.finish_reason, response.model) == ("", "tool_calls", "deepseek/deepseek-chat")
+    sent = stub.requests[-1].body
+    assert sent["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "calculator",
+                "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+            },
+        }
+    ]
+    assert (sent["tool_choice"], sent["temperature"], sent["max_tokens"]) == ("auto", 0.5, 64)
+
+
+async def test_stream_delivers_deltas_incrementally_then_the_final(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    stub.enqueue(StubReply(content="one two three four five", chunk_chars=5, chunk_delay_seconds=0.05))
+    arrivals: list[tuple[str, float]] = []
+    start = time.perf_counter()
+
+    async def on_delta(text: str) -> None:
+        arrivals.append((text, time.perf_counter() - start))
+
+    response = await make_client().complete_streaming(HELLO, on_delta)
+    finished = time.perf_counter() - start
+    assert [text for text, _ in arrivals] == ["one t", "wo th", "ree f", "our f", "ive"]
+    # The first piece must reach us while the stub is still pausing between the others (4 x 50 ms).
+    assert arrivals[0][1] < finished - 0.15
+    assert response.content == "one two three four five"
+
+
+async def test_stream_usage_is_read_from_the_last_chunk(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    stub.enqueue(
+        StubReply(content="streamed", usage=StubUsage(prompt_tokens=50, completion_tokens=5, cache_hit_tokens=20))
+    )
+    events = [event async for event in make_client().stream(HELLO)]
+    assert [type(e) for e in events] == [LLMTextDelta, LLMTextDelta, LLMStreamEnd]
+    final = events[-1]
+    assert isinstance(final, LLMStreamEnd)
+    # LiteLLM drops DeepSeek's own hit/miss names when streaming; the miss count is derived.
+    assert final.response.usage == LLMUsage(
+        prompt_tokens=50, completion_tokens=5, total_tokens=55, cache_hit_tokens=20, cache_miss_tokens=30
+    )
+    assert final.response.cost.cost == Decimal("0.000079")  # 20 * 0.2 + 30 * 2 + 5 * 3 = 79
+    assert stub.requests[-1].body["stream_options"] == {"include_usage": True}
+
+
+async def test_streamed_tool_call_is_assembled(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    stub.enqueue(StubReply(tool_calls=[StubToolCall(id="call_9", name="current_time", arguments='{"tz": "UTC"}')]))
+    events = [event async for event in make_client().stream(HELLO.model_copy(update={"tools": [CALCULATOR]}))]
+    deltas = [e for e in events if isinstance(e, LLMToolCallDelta)]
+    assert [(d.id, d.name, d.arguments_delta) for d in deltas] == [
+        ("call_9", "current_time", ""),
+        (None, None, '{"tz":'),
+        (None, None, ' "UTC"}'),
+    ]
+    final = events[-1]
+    assert isinstance(final, LLMStreamEnd)
+    assert final.response.tool_calls == [LLMToolCall(id="call_9", name="current_time", arguments='{"tz": "UTC"}')]
+    assert final.response.finish_reason == "tool_calls"
+
+
+async def test_json_mode_sends_json_object_and_adds_the_json_hint_when_missing(
+    stub: DeepSeekStub, make_client: MakeClient
+) -> None:
+    stub.enqueue_json({"ok": True})
+    response = await make_client().complete(HELLO.model_copy(update={"json_mode": True}))
+    assert json.loads(response.content) == {"ok": True}
+    sent = stub.requests[-1].body
+    assert sent["response_format"] == {"type": "json_object"}
+    assert sent["messages"] == [{"role": "user", "content": "hello"}, {"role": "system", "content": JSON_HINT}]
+
+
+async def test_json_mode_leaves_prompts_that_mention_json_alone(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    request = LLMRequest(messages=[WireMessage(role="user", content="Give me JSON.")], json_mode=True)
+    await make_client().complete(request)
+    assert stub.requests[-1].body["messages"] == [{"role": "user", "content": "Give me JSON."}]
+
+
+async def test_complete_with_stream_flag_streams_on_the_wire(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    response = await make_client().complete(HELLO.model_copy(update={"stream": True}))
+    assert response.content == "stub answer to: hello"
+    assert stub.requests[-1].body["stream"] is True

@@ -1,0 +1,76 @@
+"""The demo model's text heuristics, on their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_runtime.engine.llm import WireMessage
+from agent_runtime.engine.llm.demo_stages import asks_for_time, detect_stage, find_expression, user_request
+
+
+@pytest.mark.parametrize(
+    ("text", "expression"),
+    [
+        ("what is 12 * (3 + 4)?", "12 * (3 + 4)"),
+        ("2+3", "2+3"),
+        ("算一下 7×8 吧", "7*8"),
+        ("100 ÷ 4 =", "100 / 4"),
+        ("2^10", "2**10"),
+        ("(1 + 2) * 3", "(1 + 2) * 3"),
+        ("I have 3 cats", None),
+        ("room 101", None),
+        ("", None),
+    ],
+)
+def test_find_expression(text: str, expression: str | None) -> None:
+    assert find_expression(text) == expression
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What time is it?", True),
+        ("what's the DATE", True),
+        ("现在几点", True),
+        ("今天日期", True),
+        ("时间过得真快", True),
+        ("sometimes I wonder", False),
+        ("update my timezone", False),
+        ("hello", False),
+    ],
+)
+def test_asks_for_time(text: str, expected: bool) -> None:
+    assert asks_for_time(text) is expected
+
+
+def test_user_request_prefers_the_quoted_latest_message() -> None:
+    task = (
+        'What the user wants (a JSON string): "x"\n'
+        'The user\'s latest message (a JSON string): "hi \\"you\\""\n{"title":"IntentResult"}'
+    )
+    assert user_request([WireMessage(role="user", content="old"), WireMessage(role="user", content=task)]) == 'hi "you"'
+
+
+def test_user_request_cuts_the_schema_out_of_a_wrapped_request() -> None:
+    wrapped = 'what is 2+3\n\nSchema: {"title":"IntentResult","properties":{"n":{"maximum":5-1}}}'
+    assert user_request([WireMessage(role="user", content=wrapped)]).strip() == "what is 2+3\n\nSchema:"
+
+
+def test_user_request_is_the_last_user_turn_wherever_it_sits() -> None:
+    messages = [
+        WireMessage(role="user", content="first"),
+        WireMessage(role="user", content="latest"),
+        WireMessage(role="system", content='{"title":"IntentResult"}'),
+        WireMessage(role="assistant", content="..."),
+    ]
+    assert user_request(messages) == "latest"
+    assert user_request([WireMessage(role="system", content="nothing")]) == ""
+
+
+def test_detect_stage_prefers_schema_titles_then_the_latest_mention() -> None:
+    assert detect_stage([WireMessage(role="user", content='{"title": "ExecutionResult"} then IntentResult')]) == (
+        "ExecutionResult"
+    )
+    prose = "Here is the ExecutionResult; now write the OrganizationResult."
+    assert detect_stage([WireMessage(role="user", content=prose)]) == "OrganizationResult"
+    assert detect_stage([WireMessage(role="user", content="hello")]) is None

@@ -1,0 +1,1 @@
+"""Local fakes of external services, shared by tests and benchmarks."""
