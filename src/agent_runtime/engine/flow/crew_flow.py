@@ -3,10 +3,21 @@
     intent --route--> DIRECT_EXECUTION  -> direct_answer   (1 model call)
                   \\-> NEEDS_EXECUTION  -> execution (tools) -> organization
 
-Each stage runs `Agent.kickoff_async(messages, response_format=<contract>)` with a `DelegatingLLM`
-(`crew_llm`) built for that stage of this run, so every model call goes through our LLM layer. That
-direct agent API was measured against `Crew.kickoff_async` per stage (docs/crewai-notes.md,
-scripts/bench/crewai_paths.py); it is cheaper and takes the chat history as messages.
+Each stage is one CrewAI `Agent` run with `Agent.kickoff_async(messages, response_format=<contract>)` and a
+`DelegatingLLM` (`crew_llm`) built for that stage of this run, so every model call goes through our LLM
+layer. That direct agent API was measured against `Crew.akickoff()` per stage (docs/crewai-notes.md,
+scripts/bench/crewai_paths.py): 40-50% less CPU, and it takes the chat history as messages where a
+Task only takes text.
+
+Where the flow runs (`FlowDeps.runner`): "thread" (default) drives the whole CrewAI flow with
+`Flow.kickoff` on one worker thread per run, which gives it a private event loop; "loop" awaits
+`Flow.kickoff_async` on the app's loop. Model calls and tools always run on the app's loop (that is where
+our LLM layer and tools live; `DelegatingLLM` and `RuntimeToolAdapter` bridge to it). "thread" exists
+because CrewAI does blocking work in async code: every `Flow.kickoff_async` (ours and each stage's agent
+executor) ends with a synchronous `crewai_event_bus.flush()` that waits for the event handlers of every
+run in the process, plus executor construction, routing and event bookkeeping, all of which would
+otherwise run on the app's loop (measured in docs/crewai-notes.md). Size the app's default thread pool
+for the concurrent runs (`crewai_env.ensure_worker_threads`).
 
 What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
 three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
@@ -35,20 +46,19 @@ import asyncio
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
-from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult, StageName
+from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crew_llm import CallModel, DelegatingLLM, EventSink, StageOutputError
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     FlowTemplates,
     IntentVariables,
     OrganizationVariables,
-    StageVariables,
-    render_template,
 )
 from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, RunToolSet, Tool, ToolOutcome, ToolRegistry
 from agent_runtime.engine.memory.convert import to_wire
@@ -61,13 +71,17 @@ from crewai import Agent  # noqa: E402
 from crewai.flow.flow import Flow, FlowState, listen, router, start  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
 
+if TYPE_CHECKING:
+    from crewai.utilities.types import LLMMessage
+
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
+FlowRunner = Literal["thread", "loop"]
 _ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
 
 DEFAULT_MAX_TOOL_ITERATIONS = 6
 
 
-class AgentFlowState(FlowState):  # type: ignore[misc]
+class AgentFlowState(FlowState):
     """Inputs of one run and what each stage produced (the audit rows are written from this)."""
 
     system_prompt: str = ""
@@ -88,7 +102,8 @@ class FlowDeps:
     """What a run needs besides its state; `call_model` and `sink` are bound to the run by the caller.
 
     The execution stage gets the tools its YAML agent names, looked up in `tool_registry` and bound to
-    `user_context` (the model never supplies whose data a tool reads).
+    `user_context` (the model never supplies whose data a tool reads). `max_tool_iterations` is CrewAI's
+    `max_iter` for a stage (model calls in its tool loop before it must answer).
     """
 
     call_model: CallModel
@@ -99,9 +114,10 @@ class FlowDeps:
     sink: EventSink | None = None
     max_json_retries: int = 2
     max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
+    runner: FlowRunner = "thread"
 
 
-class RuntimeToolAdapter(BaseTool):  # type: ignore[misc]
+class RuntimeToolAdapter(BaseTool):
     """One of our async tools as a CrewAI tool, run on the app's event loop."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -122,7 +138,9 @@ class RuntimeToolAdapter(BaseTool):  # type: ignore[misc]
         return future.result().content
 
     async def _arun(self, **kwargs: Any) -> str:
-        return (await self._outcome(kwargs)).content
+        # Possibly on the flow's private loop: the tool still runs on the app's.
+        future = asyncio.run_coroutine_threadsafe(self._outcome(kwargs), self._require_loop())
+        return (await asyncio.wrap_future(future)).content
 
     async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
         if self._toolset is None:
@@ -135,7 +153,7 @@ class RuntimeToolAdapter(BaseTool):  # type: ignore[misc]
         return self._loop
 
 
-class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
+class AgentFlow(Flow[AgentFlowState]):
     """One run. Build with `AgentFlow.for_run(state, deps)` on the event loop, then `await run()`."""
 
     # Without this every Flow builds a LanceDB-backed memory (first build ~2 s, files under storage).
@@ -143,19 +161,24 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
 
     _deps: FlowDeps | None = PrivateAttr(default=None)
     _llms: list[DelegatingLLM] = PrivateAttr(default_factory=list)
-    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+    # The app's event loop: model calls and tools run there, whichever loop drives the flow.
+    _app_loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
 
     @classmethod
     def for_run(cls, state: AgentFlowState, deps: FlowDeps) -> AgentFlow:
         flow = cls(initial_state=state, suppress_flow_events=True)
         flow._deps = deps
-        flow._loop = asyncio.get_running_loop()
+        flow._app_loop = asyncio.get_running_loop()
         return flow
 
     async def run(self) -> AgentFlowState:
         """Run the stages; on any failure or cancellation, stop the stages' pending model calls."""
         try:
-            await self.kickoff_async()
+            if self._require_deps().runner == "thread":
+                # Flow.kickoff (sync) drives the flow with a private event loop on this worker thread.
+                await asyncio.to_thread(self.kickoff)
+            else:
+                await self.kickoff_async()
         except BaseException:
             self.close()
             raise
@@ -174,7 +197,10 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
     async def intent(self) -> IntentResult:
         state: AgentFlowState = self.state
         variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
-        result = await self._run_stage("intent", variables, IntentResult)
+        payload = build_stage_prompt_payload(
+            "intent", templates=self._require_deps().templates, system_prompt=state.system_prompt, variables=variables
+        )
+        result = await self._run_stage(payload, IntentResult)
         state.intent = result
         return result
 
@@ -202,7 +228,13 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             intent_summary=intent.intent_summary,
             execution_brief=_required(intent.execution_brief, "intent.execution_brief"),
         )
-        result = await self._run_stage("execution", variables, ExecutionResult, with_tools=True)
+        payload = build_stage_prompt_payload(
+            "execution",
+            templates=self._require_deps().templates,
+            system_prompt=state.system_prompt,
+            variables=variables,
+        )
+        result = await self._run_stage(payload, ExecutionResult)
         state.execution = result
         return result
 
@@ -216,23 +248,22 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             intent_summary=intent.intent_summary,
             execution_report=_required(state.execution, "execution"),
         )
-        result = await self._run_stage("organization", variables, OrganizationResult)
+        payload = build_stage_prompt_payload(
+            "organization",
+            templates=self._require_deps().templates,
+            system_prompt=state.system_prompt,
+            variables=variables,
+        )
+        result = await self._run_stage(payload, OrganizationResult)
         state.organization = result
         state.assistant_text = result.assistant_text
         return result.assistant_text
 
     # -- one stage = one CrewAI agent ----------------------------------------------------------------
 
-    async def _run_stage(
-        self,
-        stage: StageName,
-        variables: StageVariables,
-        contract: type[_ContractT],
-        *,
-        with_tools: bool = False,
-    ) -> _ContractT:
+    async def _run_stage(self, payload: StagePromptPayload, contract: type[_ContractT]) -> _ContractT:
         deps = self._require_deps()
-        template = deps.templates.stage(stage)
+        stage = payload.stage
         llm = DelegatingLLM.for_stage(
             deps.call_model,
             stage=stage,
@@ -242,14 +273,16 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             max_json_retries=deps.max_json_retries,
             # The YAML task renders {output_schema} (enforced when the templates load).
             inject_schema=False,
+            loop=self._require_app_loop(),
         )
         self._llms.append(llm)
         agent = Agent(
-            role=template.agent.role,
-            goal=template.agent.goal,
-            backstory=template.agent.backstory,
+            role=payload.agent.role,
+            goal=payload.agent.goal,
+            backstory=payload.agent.backstory,
             llm=llm,
-            tools=self._stage_tools(template.agent.tools) if with_tools else [],
+            # Only the execution agent may be granted tools (enforced when the templates load).
+            tools=self._stage_tools(payload.agent.tools),
             max_iter=deps.max_tool_iterations,
             use_system_prompt=False,
             respect_context_window=False,
@@ -257,7 +290,7 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             allow_delegation=False,
             verbose=False,
         )
-        output = await agent.kickoff_async(self._messages(stage_request(deps.templates, variables)), contract)
+        output = await agent.kickoff_async(self._messages(stage_request(payload)), contract)
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
         result = output.pydantic
@@ -265,16 +298,17 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             raise StageOutputError(f"stage {stage!r} produced no {contract.__name__}", extra={"stage": stage})
         return result
 
-    def _messages(self, request: str) -> list[dict[str, Any]]:
+    def _messages(self, request: str) -> list[LLMMessage]:
         state: AgentFlowState = self.state
         system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
-        return [*system, *state.history, {"role": "user", "content": request}]
+        # Adapter boundary: wire dicts are what CrewAI's LLMMessage TypedDict describes.
+        return cast("list[LLMMessage]", [*system, *state.history, {"role": "user", "content": request}])
 
     def _stage_tools(self, names: Sequence[str]) -> list[BaseTool]:
         if not names:
             return []
         deps = self._require_deps()
-        loop = self._loop or asyncio.get_running_loop()
+        loop = self._require_app_loop()
         toolset = deps.tool_registry.build_for_run(names, deps.user_context)
         return [RuntimeToolAdapter.wrap(deps.tool_registry.get(name), toolset, loop) for name in names]
 
@@ -283,14 +317,15 @@ class AgentFlow(Flow[AgentFlowState]):  # type: ignore[misc]
             raise RuntimeError("AgentFlow was built without dependencies; use AgentFlow.for_run()")
         return self._deps
 
+    def _require_app_loop(self) -> asyncio.AbstractEventLoop:
+        if self._app_loop is None:
+            raise RuntimeError("AgentFlow was built without the app's event loop; use AgentFlow.for_run()")
+        return self._app_loop
 
-def stage_request(templates: FlowTemplates, variables: StageVariables) -> str:
-    """The stage's task text (CrewAI's "Current Task"): description and expected output, rendered."""
-    task = templates.stage(variables.stage).task
-    values = variables.template_values()
-    description = render_template(task.description, values)
-    expected = render_template(task.expected_output, values)
-    return f"{description}\n\nExpected output: {expected}"
+
+def stage_request(payload: StagePromptPayload) -> str:
+    """The stage's request (CrewAI's "Current Task"): the rendered task description and expected output."""
+    return f"{payload.task.description}\n\nExpected output: {payload.task.expected_output}"
 
 
 def build_state(
@@ -323,6 +358,7 @@ __all__ = [
     "AgentFlow",
     "AgentFlowState",
     "FlowDeps",
+    "FlowRunner",
     "RuntimeToolAdapter",
     "build_state",
     "run_agent_flow",

@@ -4,59 +4,68 @@ Why: given a model string, CrewAI calls DeepSeek/OpenAI through its own native S
 bypasses LiteLLM, our usage/cost capture, our retries and the offline demo model. `DelegatingLLM` is a
 `BaseLLM` subclass (the extension point CrewAI documents for custom models) whose `call`/`acall` only
 translate between CrewAI's calling convention and two small models, `ModelCall` -> `ModelReply`,
-handled by an `async def call_model(request: ModelCall) -> ModelReply` the caller provides.
+answered by an `async def call_model(request: ModelCall) -> ModelReply` the caller provides.
 
-What CrewAI passes (read in crewai 1.15.30; re-check on upgrade):
+What CrewAI passes (read in crewai 1.15.30, pinned by tests/flow/test_crew_*.py; re-check on upgrade):
 - `messages`: a list of OpenAI-style dicts (role/content, `tool_calls` on assistant turns, `tool_call_id`
   and `name` on tool turns), sometimes with CrewAI-private keys (a cache-breakpoint flag,
-  `raw_tool_call_parts`, `files`); a plain string means one user message. We forward only the OpenAI keys.
-- Native tools (`agents/agent_executor.py: call_llm_native_tools`, used when `supports_function_calling()`
-  is true, which `BaseLLM` does not define, so we must): `tools=[{"type": "function", "function":
+  `raw_tool_call_parts`, `files`); a plain string means one user message. Only the OpenAI keys go on.
+- Native tools (`agents/agent_executor.py: call_llm_native_tools`, taken when `supports_function_calling()`
+  is true, which `BaseLLM` does not define, so we do): `tools=[{"type": "function", "function":
   {..., "strict": True}}]`, `available_functions=None`, `response_model=None`. The executor expects the
   model's tool calls back as a list in OpenAI shape (`[{"id", "type": "function", "function": {"name",
-  "arguments"}}]`, see `utilities/agent_utils.py: is_tool_call_list/extract_tool_call_info`); it then
-  appends the assistant tool-call turn and one `{"role": "tool", "tool_call_id": <the model's id>}` turn
-  per call and calls us again. A string is the final answer.
-- `response_model=Model` (tool-less stages with `Agent.kickoff_async(..., response_format=Model)` or a
-  task's `output_pydantic`; also the `Converter`): the parsed model instance is expected back (the
-  executor accepts a `BaseModel` answer as the final one). Native providers turn this into a
-  `json_schema` response format, which DeepSeek rejects with HTTP 400; here it never reaches the wire:
-  `ModelCall` has no response format at all, only `json_mode` (our layer sends `{"type":
-  "json_object"}`), and unless told the prompt already has it (`inject_schema=False`, as the YAML task
-  templates render `{output_schema}`), the schema is appended to the stage's request, the last user
-  message (JSON mode needs the word "json" in the prompt anyway).
+  "arguments"}}]`; `utilities/agent_utils.py: is_tool_call_list/extract_tool_call_info`), runs the tools
+  itself (`tool.run(**args)` on a worker thread), appends the assistant tool-call turn and one
+  `{"role": "tool", "tool_call_id": <the model's id>}` turn per call, and calls us again. A string is the
+  final answer. (`strict` is dropped: CrewAI's schemas do not meet strict mode's rules.)
+- `response_model=Model` (a tool-less stage run with `Agent.kickoff(..., response_format=Model)` or a task's
+  `output_pydantic`; also CrewAI's `Converter`): the parsed model instance is expected back (the executor
+  takes a `BaseModel` answer as final). Native providers turn this into a `json_schema` response format,
+  which DeepSeek rejects with HTTP 400; here it never reaches the wire: `ModelCall` has no response
+  format at all, only `json_mode` (our layer sends `{"type": "json_object"}`), and unless the prompt
+  already has it (`inject_schema=False`: the YAML task templates render `{output_schema}`), the schema is
+  appended to the stage's request, the last user message (JSON mode needs the word "json" in the prompt).
 - `available_functions` is non-None only for CrewAI's planning/reasoning helpers, which ask the LLM to run
-  the tool itself. Our agents never enable planning; such a call fails loudly instead of half-working.
-- The executor's step methods are sync and run on worker threads (`Flow._execute_method` ->
+  a tool itself. Our agents never enable planning; such a call fails loudly instead of half-working.
+- The executor's steps are sync methods run on worker threads (`Flow._execute_method` ->
   `asyncio.to_thread`), and its only model entry point is the sync `get_llm_response` -> `llm.call`
-  (`aget_llm_response` exists but nothing calls it). `acall` is used only by the async `Converter` and by
-  context summarisation. So `call` is the hot path, and it runs on a thread while our LLM layer (aiohttp
-  sessions, the database pool) lives on the event loop.
+  (`aget_llm_response` exists but nothing calls it); `acall` serves only the async `Converter` and context
+  summarisation. So `call` is the hot path, on a worker thread, while our LLM layer (HTTP sessions, the
+  database pool) lives on the app's event loop: `call` hands the coroutine to that loop with
+  `asyncio.run_coroutine_threadsafe` and waits (the loop is captured by `for_stage`).
 
-Structured output: a stage declares its contract (`output_model`). Every final answer (no tool calls) of
-that stage is validated here; invalid JSON is answered with a repair turn and asked again, at most
-`max_json_retries` times, then `StageOutputError`. Doing it here rather than letting CrewAI do it keeps
-it bounded and visible: CrewAI's own fallback for a tool stage's bad final answer is a `Converter` call
-whose failure is swallowed (the output's `pydantic` is then silently `None`).
+Structured output: a stage declares its contract (`output_model`). Every final answer of the stage (no
+tool calls) is validated here against it, including the contract's own validators; a bad answer gets a
+repair turn (the bad answer + what was wrong) and is asked again, at most `max_json_retries` times, then
+`StageOutputError`. Doing it here keeps it bounded and visible: CrewAI's own fallback for a tool stage's
+bad final answer is a `Converter` call whose failure is swallowed (the output's `pydantic` is `None`).
 
-Retries: `BaseLLM.__init_subclass__` wraps `call`/`acall` in CrewAI's rate-limit retry (3 attempts, 1-8 s
-`time.sleep` on a worker thread). Our LLM layer already retries, so the methods carry CrewAI's own
-"already wrapped" marker and are left unwrapped: one failure policy, in one place.
+Retries: `BaseLLM.__init_subclass__` wraps a subclass's own `call`/`acall` in CrewAI's rate-limit retry
+(3 attempts, 1-8 s `time.sleep` on a worker thread). Our LLM layer already retries, so the methods live on
+a base class and carry CrewAI's "already wrapped" marker: one failure policy, in one place.
 
-Per-run correlation and observation: build one `DelegatingLLM` per stage per run (`for_stage`, ~0.1 ms,
-no SDK client, no SSL context). The `call_model` closure it gets is bound to the run, and `ModelCall.stage`
-names the stage, so usage rows, audit rows and token streaming belong to the run without contextvars or
-CrewAI's process-wide event bus. Tool calls are observed here with the model's own ids: `ToolCallObserved`
-when the model asks for a call, `ToolResultObserved` when the next model call carries the tool turn with
-that `tool_call_id` (the executor always calls the model again after a tool batch), plus
-`observe_messages()` for the stage's final transcript (a `result_as_answer` tool or an error ends the loop
-without another model call). CrewAI's `ToolUsage*Event`s carry no tool-call id and go to a global bus,
-so they are not used. Only ids this instance saw the model produce are reported; tool turns from the
-session history are not.
+Per-run correlation: one `DelegatingLLM` per stage per run (`for_stage`: ~0.03 ms, no SDK client, no SSL
+context; CrewAI's own `LLM()` costs ~43 ms per LIBRARY-NOTES). Its `call_model` closure is bound to the
+run and `ModelCall.stage` names the stage, so usage rows, audit rows and token streaming belong to the
+run with no contextvar and no use of CrewAI's process-wide event bus. Token streaming therefore happens inside
+`call_model` (it may stream from the provider and push `assistant_text` deltas to the run's events while
+still returning the whole `ModelReply`); CrewAI's `LLMStreamChunkEvent`s are never involved.
 
-Cancellation: `close()` cancels in-flight calls (the worker thread gets `StageCancelledError` right away)
-and makes later calls fail, so a cancelled run stops calling the model even though CrewAI's threads
-cannot be interrupted.
+Tool calls are observed here with the model's own ids, which are the ids the executor puts on the tool
+turns: `ToolCallObserved` when the model asks for a call (before the tool runs: TOOL_CALL_START/ARGS/END),
+`ToolResultObserved` when the next model call carries the tool turn with that `tool_call_id`
+(TOOL_CALL_RESULT; the executor calls the model right after a tool batch), plus `observe_messages()` for
+the stage's final transcript (a `result_as_answer` tool or the iteration limit ends the loop without
+another model call). CrewAI's `ToolUsage*Event`s carry no tool-call id and go to a global bus, so they are
+not used. Only ids this instance saw the model produce are reported, never tool turns from the history.
+
+Cancellation: `close()` cancels the call in flight (its worker thread gets `StageCancelledError` at once)
+and refuses later calls, so a cancelled run stops calling the model even though CrewAI's threads cannot be
+interrupted.
+
+Importing: this module does not import CrewAI (the run service imports `ModelCall` & co. on the app's
+import path, and importing CrewAI costs ~10 s of CPU). `DelegatingLLM` is created on first access, after
+`crewai_env.load_crewai()`; before that, accessing it raises `CrewAIEnvError`.
 """
 
 from __future__ import annotations
@@ -64,8 +73,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -73,12 +84,9 @@ from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 
-require_crewai_env()
-
-from crewai.llms.base_llm import BaseLLM  # noqa: E402
-
 if TYPE_CHECKING:
     from crewai.agents.agent_builder.base_agent import BaseAgent
+    from crewai.llms.base_llm import BaseLLM
     from crewai.task import Task
     from crewai.tools.base_tool import BaseTool
     from crewai.utilities.types import LLMMessage
@@ -151,8 +159,8 @@ def _without_crewai_retry(method: _F) -> _F:
     return method
 
 
-class DelegatingLLM(BaseLLM):  # type: ignore[misc]
-    """One stage of one run; see the module docstring. Build it with `for_stage` on the event loop."""
+class _DelegatingLLMBody(BaseModel):
+    """Everything of `DelegatingLLM` but its CrewAI base class (see "Importing" in the module docstring)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -169,6 +177,7 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
     _reported_results: set[str] = PrivateAttr(default_factory=set)
     _inflight: set[concurrent.futures.Future[Any]] = PrivateAttr(default_factory=set)
     _closed: bool = PrivateAttr(default=False)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @classmethod
     def for_stage(
@@ -182,7 +191,7 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
         max_json_retries: int = 2,
         inject_schema: bool = True,
         loop: asyncio.AbstractEventLoop | None = None,
-    ) -> DelegatingLLM:
+    ) -> Self:
         """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`)."""
         llm = cls(
             model=model,
@@ -231,21 +240,19 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
     ) -> str | Any:
         """Sync entry point, called by CrewAI's executor from a worker thread."""
         _refuse_available_functions(available_functions)
-        loop = self._require_loop()
-        if _running_loop() is loop:
-            raise RuntimeError("DelegatingLLM.call() on the event-loop thread would deadlock; CrewAI should use acall()")
-        if self._closed:
-            raise StageCancelledError(f"stage {self.stage!r}: the run was closed")
+        if _running_loop() is self._require_loop():
+            raise RuntimeError(
+                "DelegatingLLM.call() on the event-loop thread would deadlock; CrewAI should use acall()"
+            )
         # The library offers no async API on this path (see the module docstring), so the worker thread
         # hands the coroutine to the loop that owns our LLM layer and waits for it.
-        future = asyncio.run_coroutine_threadsafe(self._complete(messages, tools, response_model), loop)
-        self._inflight.add(future)
+        future = self._submit(messages, tools, response_model)
         try:
             return future.result()
         except concurrent.futures.CancelledError as exc:
             raise StageCancelledError(f"stage {self.stage!r}: the model call was cancelled") from exc
         finally:
-            self._inflight.discard(future)
+            self._forget(future)
 
     @_without_crewai_retry
     async def acall(
@@ -259,20 +266,51 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
         response_model: type[BaseModel] | None = None,
     ) -> str | Any:
         _refuse_available_functions(available_functions)
-        if self._closed:
-            raise StageCancelledError(f"stage {self.stage!r}: the run was closed")
-        return await self._complete(messages, tools, response_model)
+        # Also from a loop that is not ours (the flow may run on a private loop): the call still runs on ours.
+        future = self._submit(messages, tools, response_model)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError as exc:
+            if not self._closed:
+                raise  # our caller was cancelled (which cancelled the model call too)
+            raise StageCancelledError(f"stage {self.stage!r}: the model call was cancelled") from exc
+        finally:
+            self._forget(future)
+
+    def _submit(
+        self,
+        messages: str | list[LLMMessage],
+        tools: list[dict[str, BaseTool]] | None,
+        response_model: type[BaseModel] | None,
+    ) -> concurrent.futures.Future[Any]:
+        # Created and registered under the lock, so close() either sees the future or refuses the call.
+        with self._lock:
+            if self._closed:
+                raise StageCancelledError(f"stage {self.stage!r}: the run was closed")
+            coroutine = self._complete(messages, tools, response_model)
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._require_loop())
+            self._inflight.add(future)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._inflight.discard(future)
 
     # -- run control and observation -----------------------------------------------------------------
 
     def close(self) -> None:
         """Cancel in-flight model calls and refuse new ones (idempotent, any thread)."""
-        self._closed = True
-        for future in list(self._inflight):
+        with self._lock:
+            self._closed = True
+            inflight = list(self._inflight)
+        for future in inflight:
             future.cancel()
 
     def observe_messages(self, messages: list[dict[str, Any]] | list[LLMMessage]) -> None:
-        """Report tool results in `messages` not reported yet (call on the loop, e.g. at stage end)."""
+        """Report tool results in `messages` not reported yet (e.g. the stage's final transcript).
+
+        Safe from any thread: the sink is always called on the event loop this LLM was built for.
+        """
         for message in messages:
             if message.get("role") != "tool":
                 continue
@@ -312,7 +350,11 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
         attempt = 0
         while True:
             request = ModelCall(
-                messages=conversation, tools=wire_tools, json_mode=contract is not None, stage=self.stage, attempt=attempt
+                messages=conversation,
+                tools=wire_tools,
+                json_mode=contract is not None,
+                stage=self.stage,
+                attempt=attempt,
             )
             reply = await call_model(request)
             if reply.tool_calls and wire_tools:
@@ -344,7 +386,9 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
         for tool_call in tool_calls:
             self._issued_calls[tool_call.id] = tool_call.name
             self._emit(
-                ToolCallObserved(stage=self.stage, call_id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments)
+                ToolCallObserved(
+                    stage=self.stage, call_id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments
+                )
             )
         return [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
@@ -352,13 +396,46 @@ class DelegatingLLM(BaseLLM):  # type: ignore[misc]
         ]
 
     def _emit(self, event: AdapterEvent) -> None:
-        if self._sink is not None:
+        if self._sink is None:
+            return
+        loop = self._require_loop()
+        if _running_loop() is loop:
             self._sink(event)
+        else:
+            # observe_messages() called from the thread that drives the flow: the sink belongs to the loop.
+            loop.call_soon_threadsafe(self._sink, event)
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             raise RuntimeError("DelegatingLLM was built without an event loop; use DelegatingLLM.for_stage()")
         return self._loop
+
+
+if TYPE_CHECKING:
+
+    class DelegatingLLM(_DelegatingLLMBody, BaseLLM):
+        """One stage of one run; see the module docstring. Build it with `for_stage` on the event loop."""
+
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name == "DelegatingLLM":
+            return delegating_llm_class()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@cache
+def delegating_llm_class() -> type[DelegatingLLM]:
+    """The `BaseLLM` subclass, defined on first use, once CrewAI's offline environment is configured."""
+    require_crewai_env()
+    from crewai.llms.base_llm import BaseLLM as CrewAIBaseLLM
+
+    class _DelegatingLLM(_DelegatingLLMBody, CrewAIBaseLLM):
+        """One stage of one run; see the module docstring. Build it with `for_stage` on the event loop."""
+
+    _DelegatingLLM.__name__ = _DelegatingLLM.__qualname__ = "DelegatingLLM"
+    globals()["DelegatingLLM"] = _DelegatingLLM
+    return cast("type[DelegatingLLM]", _DelegatingLLM)
 
 
 def _refuse_available_functions(available_functions: dict[str, Any] | None) -> None:

@@ -1,16 +1,19 @@
-"""The one place where CrewAI is configured for offline use and imported.
+"""The one place where CrewAI is configured for offline use, imported and tuned.
 
 CrewAI reads several environment variables at import time and at every flow start. Without them a
 flow start queries a package index for a version check, process exit waits ~12 s on a telemetry
 flush, telemetry replaces the SIGTERM/SIGINT handlers, and files land under the current directory's
-name in the user's data dir. So the variables are set here, before the first `import crewai`, and the
-modules that subclass CrewAI classes (`crew_llm`, `crew_flow`) call `require_crewai_env()` at import:
-the engine imports them lazily, after `load_crewai(data_dir)` (the import itself takes ~10 s of CPU on
-a small machine, so it must stay off the CLI's and the app factory's import path).
+name in the user's data dir. So `configure_crewai_env(data_dir)` sets them (storage under
+`<data_dir>/crewai`) and records "tracing declined" before the first `import crewai`; `load_crewai`
+then imports it. The import takes ~10 s of CPU on a small machine, so it stays off the CLI's and the
+app factory's import path: `crew_llm` imports no CrewAI, `crew_flow` is imported lazily (after
+`load_crewai`, or it refuses), and the run service warms both up off the event loop.
 
-The default thread pool matters too: CrewAI's agent executor is a `Flow` whose steps are sync methods
-run with `asyncio.to_thread`, and a step blocks its worker while the model answers (see `crew_llm`).
-`ensure_worker_threads` sizes the loop's default executor for the number of concurrent runs.
+Tuning applied once after the import (each one measured; see docs/crewai-notes.md):
+- CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
+- The agent executor's state class defined once instead of once per `Agent.kickoff` (~10 ms per stage).
+
+`ensure_worker_threads` sizes the app loop's default thread pool, where each run's CrewAI flow runs.
 """
 
 from __future__ import annotations
@@ -46,17 +49,18 @@ def storage_dir_for(data_dir: Path) -> Path:
 
 
 def configure_crewai_env(data_dir: Path) -> Path:
-    """Set CrewAI's offline environment variables; return the storage directory (created).
+    """Set CrewAI's offline environment variables; return the storage directory in use (created).
 
-    Idempotent for the same directory. Refuses a different directory once CrewAI is imported,
-    because CrewAI's storage paths are then already in use.
+    Once CrewAI is imported its storage cannot move: later calls keep the first directory and return
+    it (tests build several settings objects in one process). Raises if CrewAI was imported without
+    the offline environment, because it may already have gone online.
     """
-    storage = storage_dir_for(data_dir)
-    current = os.environ.get(STORAGE_ENV)
-    if "crewai" in sys.modules and current != str(storage):
-        if current is None or not _flags_set():
+    if "crewai" in sys.modules:
+        current = os.environ.get(STORAGE_ENV)
+        if current is None or not _flags_set() or not Path(current).is_absolute():
             raise CrewAIEnvError("crewai was imported before configure_crewai_env(); it may already be online")
-        raise CrewAIEnvError(f"CrewAI is already configured with storage {current!r}, not {str(storage)!r}")
+        return Path(current)
+    storage = storage_dir_for(data_dir)
     storage.mkdir(parents=True, exist_ok=True)
     os.environ.update(OFFLINE_ENV)
     os.environ[STORAGE_ENV] = str(storage)
@@ -65,44 +69,64 @@ def configure_crewai_env(data_dir: Path) -> Path:
 
 
 def load_crewai(data_dir: Path) -> ModuleType:
-    """Configure the environment, then import CrewAI (slow: ~10 s CPU the first time)."""
+    """Configure the environment, then import and tune CrewAI (slow: ~10 s CPU the first time)."""
     configure_crewai_env(data_dir)
+    return _import_tuned_crewai()
+
+
+def require_crewai_env() -> ModuleType:
+    """Import (and tune) CrewAI, refusing unless `configure_crewai_env` ran in this process first.
+
+    Called at the top of the modules that subclass CrewAI classes, before their `from crewai ...`.
+    """
+    storage = os.environ.get(STORAGE_ENV)
+    if not _flags_set() or storage is None or not Path(storage).is_absolute():
+        raise CrewAIEnvError(
+            "call agent_runtime.engine.flow.crewai_env.load_crewai(data_dir) before importing the CrewAI flow modules"
+        )
+    return _import_tuned_crewai()
+
+
+_tuned = False
+
+
+def _import_tuned_crewai() -> ModuleType:
+    global _tuned
     crewai = importlib.import_module("crewai")
-    _quiet_console()
+    if not _tuned:
+        _quiet_console()
+        _reuse_executor_state_class()
+        _tuned = True
     return crewai
 
 
+def _reuse_executor_state_class() -> None:
+    # Every Agent.kickoff builds an AgentExecutor, itself a Flow[AgentExecutorState]. Because that state
+    # class is not a FlowState subclass, Flow._create_initial_state defines a brand-new pydantic model
+    # class (`class StateWithId(FlowState, AgentExecutorState)`) on every construction: ~10 ms of CPU
+    # per stage, on the event-loop thread, ~35% of that thread's time with 20 concurrent runs. Defining
+    # that combined class once and handing it to the executor as its state type takes CrewAI's cheap path
+    # (`state_type()`); the executor replaces the state with a plain AgentExecutorState right after anyway.
+    # (`FlowState.register(...)` would be tidier, but pydantic models ignore virtual subclasses.)
+    flow_runtime = importlib.import_module("crewai.flow.runtime")
+    executor_class = importlib.import_module("crewai.agents.agent_executor").AgentExecutor
+    state_class = getattr(executor_class, "_initial_state_t", None)
+    if not isinstance(state_class, type) or issubclass(state_class, flow_runtime.FlowState):
+        return
+    executor_class._initial_state_t = type(
+        "AgentExecutorFlowState", (flow_runtime.FlowState, state_class), {"__module__": __name__}
+    )
+
+
 def _record_tracing_declined() -> None:
-    # With no consent record in the storage dir CrewAI treats the process as a "first-time user": its
-    # trace listener registers ~90 event handlers at import (each event then costs a thread-pool hop)
-    # and may offer to collect traces. Record the answer `crewai traces disable` would record. This
-    # module of crewai_core does not import crewai itself.
+    # With no consent record in the storage dir CrewAI treats the process as a "first-time user" even
+    # with tracing disabled: its trace listener registers ~90 event handlers at import and collects the
+    # events of the first execution to offer uploading them to CrewAI's servers at the end. Record the
+    # answer `crewai traces disable` would record, before crewai is imported. (crewai_core.user_data
+    # does not import crewai.)
     user_data = importlib.import_module("crewai_core.user_data")
     if not user_data.has_user_declined_tracing():
         user_data.update_user_data({"first_execution_done": True, "trace_consent": False})
-
-
-def quiet_event_bus() -> int:
-    """Detach CrewAI's own console/telemetry/trace listeners from its event bus; return how many.
-
-    Measured: CPU per run, not correctness. Every `crewai_event_bus.emit` with a handler submits that
-    handler to the bus's thread pool (one hop per event, dozens per stage) even when it does nothing
-    (console quiet, telemetry and tracing off). Handlers registered by anything else are kept, and
-    handlers a flow or crew adds per kickoff are unaffected. Call after `load_crewai`.
-    """
-    bus_module = importlib.import_module("crewai.events.event_bus")
-    bus = bus_module.crewai_event_bus
-    removed = 0
-    # The bus has `on`/`off` but no public way to list handlers: read its registry, detach with `off`.
-    for event_type, handlers in list(getattr(bus, "_sync_handlers", {}).items()):
-        for handler in list(handlers):
-            if getattr(handler, "__module__", "").startswith(_CREWAI_DEFAULT_LISTENER_MODULES):
-                bus.off(event_type, handler)
-                removed += 1
-    return removed
-
-
-_CREWAI_DEFAULT_LISTENER_MODULES = ("crewai.events.event_listener", "crewai.events.listeners.tracing")
 
 
 def _quiet_console() -> None:
@@ -113,22 +137,14 @@ def _quiet_console() -> None:
     listener_module.event_listener.formatter.verbose = False
 
 
-def require_crewai_env() -> None:
-    """Raise unless `configure_crewai_env` ran in this process (called before importing crewai)."""
-    storage = os.environ.get(STORAGE_ENV)
-    if not _flags_set() or storage is None or not Path(storage).is_absolute():
-        raise CrewAIEnvError(
-            "call agent_runtime.engine.flow.crewai_env.load_crewai(data_dir) before importing the CrewAI flow modules"
-        )
-
-
 def ensure_worker_threads(loop: asyncio.AbstractEventLoop, workers: int) -> ThreadPoolExecutor:
     """Give `loop` a default executor with `workers` threads (call once, in the lifespan).
 
-    Every CrewAI stage holds one worker thread while its model call is in flight (the executor's
-    steps are sync and bridge back to the loop), so the default `min(32, cpus + 4)` threads cap the
-    number of concurrent model calls: 6 on a 2-CPU box. Size it to at least the maximum number of
-    concurrent runs. The caller owns the returned pool and shuts it down at exit.
+    A run holds one of these threads for its whole duration (`crew_flow` drives the CrewAI flow on a
+    worker thread; with `runner="loop"` each in-flight model call holds one instead, since CrewAI's
+    executor steps are sync and wait for the model), so the default `min(32, cpus + 4)` threads, 6 on a
+    2-CPU box, cap the number of concurrent runs. Size it to at least the maximum number of concurrent
+    runs. The caller owns the returned pool and shuts it down at exit.
     """
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crewai-step")
     loop.set_default_executor(pool)
