@@ -120,8 +120,15 @@ def test_hostile_username_and_10kb_bio_are_escaped_and_truncated() -> None:
 
 
 def test_escape_heavy_fields_and_long_codes_are_cut_to_fit_the_line_budget() -> None:
-    long_tag = "en-x-" + "-".join(["abcdefgh"] * 60)  # a valid BCP-47 tag of 544 characters
-    ctx = _ctx("<" * 600, "😀" * 600, timezone="America/Argentina/ComodRivadavia", ai_language=long_tag)
+    # A BCP-47 tag of 544 characters: profile validation now caps tags at 35 characters, but the prompt
+    # must stay within its budget for any value that reaches it (rows written before the cap).
+    long_tag = "en-x-" + "-".join(["abcdefgh"] * 60)
+    preferences = PreferenceSettings.model_construct(
+        **{**PreferenceSettings().model_dump(), "timezone": "America/Argentina/ComodRivadavia", "ai_language": long_tag}
+    )
+    ctx = UserAgentContext(
+        user_id=UUID(int=7), username="<" * 600, bio="😀" * 600, settings=ProfileSettingsV1(preferences=preferences)
+    )
     prompt = build_global_system_prompt(ctx)
     # Each "<" escapes to 6 characters and each emoji to 12; username and bio get 768, codes 64.
     assert _profile(prompt) == {

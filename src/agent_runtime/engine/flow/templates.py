@@ -19,6 +19,7 @@ a 10**9-character padding.
 
 from __future__ import annotations
 
+import functools
 import json
 import string
 from collections.abc import Mapping
@@ -88,6 +89,12 @@ class _TasksFile(_Frozen):
     organization: TaskTemplate
 
 
+@functools.cache
+def _output_schema(stage: StageName) -> str:
+    # Building a JSON schema costs ~1 ms per contract; the contracts never change at run time.
+    return json.dumps(STAGE_CONTRACTS[stage].model_json_schema(), ensure_ascii=False, separators=(",", ":"))
+
+
 class _StageVariables(_Frozen):
     stage: ClassVar[StageName]
     # Placeholders the stage's task description must use to be workable; the other fields are optional.
@@ -104,8 +111,7 @@ class _StageVariables(_Frozen):
         # Every value is JSON text: strings arrive quoted and escaped, so a user message cannot fake the end
         # of its own section of the prompt; structured values (the execution report) are JSON anyway.
         values = {name: json.dumps(value, ensure_ascii=False) for name, value in self.model_dump(mode="json").items()}
-        schema = STAGE_CONTRACTS[self.stage].model_json_schema()
-        values["output_schema"] = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+        values["output_schema"] = _output_schema(self.stage)
         return values
 
 
