@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +29,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else:
             log.info("LLM model", extra={"model": settings.effective_llm_model})
         # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
-        warm_up = asyncio.create_task(resources.engine.runs.warm_up(), name="warm-up")
+        warm_up = resources.engine.runs.ensure_warm()
         try:
             yield
         finally:

@@ -1,0 +1,191 @@
+// Runs one AG-UI run with the official TypeScript client (`@ag-ui/client`) and prints a JSON summary.
+//
+// Input (JSON, first argument or stdin):
+//   {"url": "...", "headers": {"Authorization": "Bearer ..."}, "threadId": "<uuid>", "runId"?: "...",
+//    "messages": [{"id": "...", "role": "user", "content": "..."}], "timeoutMs"?: 30000}
+//
+// Output (stdout, one JSON object):
+//   timedOut     - the run did not end within timeoutMs (the harness aborted it).
+//   clientError  - an error the client raised (its verifier/schema check rejecting the stream, an HTTP
+//                  error, a parse error): the stream was NOT accepted. null when the run completed.
+//   runErrors    - RUN_ERROR events the client delivered (legitimate: a run that failed on the server).
+//   events       - every event the client accepted and applied, in order (full objects).
+//   eventTypes   - their types.
+//   raw          - the wire, read from a tee of the response body independently of the client: events
+//                  (every `data:` frame parsed as JSON), eventTypes, parseErrors, nonDataFrames, trailing
+//                  (bytes after the last blank line), complete, readError.
+//   http         - status, content type, and the RunAgentInput the client sent (requestBody).
+//   runFinished  - RUN_FINISHED as the client interpreted it (outcome, pendingToolCallIds).
+//   messages     - agent.messages after the run (what the client rebuilt); newMessages from runAgent().
+//   warnings     - console.warn / console.error output of the client (e.g. "[ag-ui][enforce] Removed
+//                  unrecognised material ...", "Subscriber error", "TOOL_CALL_ARGS: No message found").
+// Exit code 0 when the summary was printed (whatever the client thought); 2 on a harness failure.
+
+import { readFileSync } from "node:fs";
+import { HttpAgent } from "@ag-ui/client";
+
+const CLIENT_VERSION = JSON.parse(
+  readFileSync(new URL("./node_modules/@ag-ui/client/package.json", import.meta.url), "utf8"),
+).version;
+
+async function readInput() {
+  if (process.argv[2]) return JSON.parse(process.argv[2]);
+  const chunks = [];
+  for await (const chunk of process.stdin) chunks.push(chunk);
+  return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+}
+
+function describeError(error) {
+  if (error === null || error === undefined) return null;
+  if (!(error instanceof Error)) return { name: typeof error, message: String(error), stack: null };
+  return {
+    name: error.name,
+    constructor: error.constructor?.name ?? null,
+    message: error.message,
+    status: error.status ?? null,
+    payload: error.payload ?? null,
+    stack: error.stack ?? null,
+  };
+}
+
+// The wire as it was: an independent SSE reader on a tee of the response body.
+async function readRawStream(body, raw) {
+  const decoder = new TextDecoder("utf-8");
+  let buffer = "";
+  const flushFrame = (frame) => {
+    const data = frame
+      .split("\n")
+      .filter((line) => line.startsWith("data:"))
+      .map((line) => line.slice(5).replace(/^ /, ""))
+      .join("\n");
+    if (!data) {
+      if (frame.trim()) raw.nonDataFrames.push(frame);
+      return;
+    }
+    try {
+      raw.events.push(JSON.parse(data));
+    } catch (error) {
+      raw.parseErrors.push({ frame: data.slice(0, 500), error: String(error) });
+    }
+  };
+  const reader = body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, { stream: true });
+    const frames = buffer.split("\n\n");
+    buffer = frames.pop() ?? "";
+    frames.forEach(flushFrame);
+  }
+  buffer += decoder.decode();
+  if (buffer.trim()) {
+    raw.trailing = buffer;
+    flushFrame(buffer);
+  }
+  raw.complete = true;
+}
+
+async function main() {
+  const input = await readInput();
+  const timeoutMs = input.timeoutMs ?? 30_000;
+
+  const warnings = [];
+  for (const level of ["warn", "error"]) {
+    const original = console[level].bind(console);
+    console[level] = (...args) => {
+      warnings.push({
+        level,
+        text: args.map((a) => (a instanceof Error ? `${a.name}: ${a.message}` : typeof a === "string" ? a : JSON.stringify(a))).join(" "),
+      });
+      original(...args); // keep it visible on stderr
+    };
+  }
+
+  const raw = { events: [], parseErrors: [], nonDataFrames: [], trailing: null, complete: false, readError: null };
+  const http = { status: null, contentType: null, requestBody: null };
+  let rawDone = Promise.resolve();
+
+  const teeFetch = async (url, init) => {
+    http.requestBody = typeof init?.body === "string" ? JSON.parse(init.body) : null;
+    const response = await fetch(url, init);
+    http.status = response.status;
+    http.contentType = response.headers.get("content-type");
+    if (!response.ok || !response.body) return response;
+    const [forClient, forUs] = response.body.tee();
+    rawDone = readRawStream(forUs, raw).catch((error) => {
+      raw.readError = String(error);
+    });
+    return new Response(forClient, { status: response.status, statusText: response.statusText, headers: response.headers });
+  };
+
+  const agent = new HttpAgent({
+    url: input.url,
+    headers: input.headers ?? {},
+    threadId: input.threadId,
+    initialMessages: input.messages ?? [],
+    fetch: teeFetch,
+  });
+
+  const events = [];
+  const runErrors = [];
+  const runFinished = [];
+  const failures = [];
+  const subscriber = {
+    onEvent: ({ event }) => {
+      events.push(structuredClone(event));
+    },
+    onRunErrorEvent: ({ event }) => {
+      runErrors.push(structuredClone(event));
+    },
+    onRunFinishedEvent: ({ event, outcome, pendingToolCallIds }) => {
+      runFinished.push({ event: structuredClone(event), outcome, pendingToolCallIds: pendingToolCallIds ?? null });
+    },
+    onRunFailed: ({ error }) => {
+      failures.push(describeError(error));
+    },
+  };
+
+  let clientError = null;
+  let result = null;
+  let timedOut = false;
+  let timer;
+  try {
+    const timeout = new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        agent.abortRun();
+        reject(new Error(`harness timeout: the run did not end within ${timeoutMs} ms`));
+      }, timeoutMs);
+    });
+    result = await Promise.race([agent.runAgent({ runId: input.runId }, subscriber), timeout]);
+  } catch (error) {
+    clientError = describeError(error);
+  } finally {
+    clearTimeout(timer);
+  }
+  // The raw branch ends when the server closes the response; bounded so a hanging server cannot hang us.
+  await Promise.race([rawDone, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+
+  const summary = {
+    clientVersion: CLIENT_VERSION,
+    clientError,
+    timedOut,
+    runFailed: failures,
+    runErrors,
+    runFinished,
+    eventTypes: events.map((e) => e.type),
+    events,
+    messages: structuredClone(agent.messages),
+    newMessages: result ? result.newMessages : null,
+    warnings,
+    http,
+    raw: { ...raw, eventTypes: raw.events.map((e) => e?.type ?? null) },
+  };
+  // Exit at once: fetch keeps idle keep-alive sockets that would hold the process open for seconds.
+  process.stdout.write(`${JSON.stringify(summary)}\n`, () => process.exit(0));
+}
+
+main().catch((error) => {
+  process.stderr.write(`agui_client.mjs harness failure: ${error?.stack ?? error}\n`);
+  process.exit(2);
+});
