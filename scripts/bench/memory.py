@@ -199,7 +199,7 @@ class OurMemory:
 
     async def add(self, conversation_id: str, messages: Sequence[ChatMessage]) -> None:
         await self._memory.add(conversation_id, messages)
-        # append_in_transaction: one UPDATE of the session row, then one INSERT per message.
+        # insert_messages: one UPDATE of the session row, then one INSERT per message.
         self.rows_written += 1 + len(messages)
         self.inserted += len(messages)
 
