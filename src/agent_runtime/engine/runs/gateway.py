@@ -30,6 +30,40 @@ def _is_error_result(content: str) -> bool:
     return isinstance(parsed, dict) and set(parsed) == {"error"}
 
 
+class _AnswerMessage:
+    """The answer's AG-UI text message: what was streamed under its id is always a prefix of the answer.
+
+    Text is streamed before its stage output is validated, so a rejected attempt (or an intent stage that
+    is retried onto the other route) may have streamed text that the final answer does not continue. AG-UI
+    cannot retract text, so that message is ended as it is and the answer continues in a new message (new
+    id): the message whose id the stored reply carries holds exactly the stored reply.
+    """
+
+    def __init__(self, events: RunEvents, message_id: str) -> None:
+        self._events = events
+        self.message_id = message_id
+        self._streamed = ""
+        self._ended = False
+
+    def show(self, text: str) -> None:
+        """Make the message read `text`: extend it, or end it and start a new one with all of `text`."""
+        if text == self._streamed:
+            return
+        if text.startswith(self._streamed) and not (self._ended and self._streamed):
+            delta = text[len(self._streamed) :]
+        else:
+            self._events.text_end()
+            self.message_id = str(uuid4())
+            delta = text
+        self._ended = False
+        self._streamed = text
+        self._events.text_content(self.message_id, delta)
+
+    def ended(self) -> None:
+        """The events closed the open text message (e.g. before a tool call)."""
+        self._ended = True
+
+
 class RunGateway:
     def __init__(
         self, llm: LLMClient, events: RunEvents, recorder: RunRecorder, *, answer_message_id: str, model: str
@@ -38,12 +72,14 @@ class RunGateway:
         self._events = events
         self._recorder = recorder
         self._model = model
-        self.answer_message_id = answer_message_id
+        self._answer = _AnswerMessage(events, answer_message_id)
         self._stage: str | None = None
-        self.extractors = {
-            stage: AssistantTextExtractor(required_route=route) for stage, route in ANSWER_STAGES.items()
-        }
         self.responses: list[LLMResponse] = []
+
+    @property
+    def answer_message_id(self) -> str:
+        """The id of the message that holds the answer (read it once the answer is streamed)."""
+        return self._answer.message_id
 
     def finish_stage(self) -> None:
         if self._stage is not None:
@@ -59,19 +95,21 @@ class RunGateway:
     async def __call__(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
         self._enter(call.stage)
-        extractor = self.extractors.get(call.stage)
+        answer_stage = call.stage in ANSWER_STAGES
         request = LLMRequest(
             model=self._model,
             messages=[WireMessage.model_validate(m) for m in call.messages],
             tools=[ToolSchema.model_validate(t) for t in call.tools] if call.tools else None,
             json_mode=call.json_mode,
-            stream=extractor is not None,
+            stream=answer_stage,
         )
-        if extractor is not None:
-            extractor.reset()
+        if answer_stage:
+            # One extractor per attempt: its text is this attempt's assistant_text so far.
+            extractor = AssistantTextExtractor(required_route=ANSWER_STAGES[call.stage])
 
             async def on_delta(text: str) -> None:
-                self._events.text_content(self.answer_message_id, extractor.feed(text))
+                if extractor.feed(text):
+                    self._answer.show(extractor.emitted)
 
             response = await self._llm.complete_streaming(request, on_delta)
         else:
@@ -80,6 +118,7 @@ class RunGateway:
         if response.tool_calls and call.tools:
             calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
             row = await self._recorder.tool_calls(call.stage, response, calls)
+            self._answer.ended()
             for spec in calls:
                 self._events.tool_call(
                     tool_call_id=spec.id, name=spec.name, arguments=spec.arguments, parent_message_id=row.message_id
@@ -102,11 +141,7 @@ class RunGateway:
         self._events.tool_result(message_id=record.message_id, tool_call_id=record.tool_call_id, content=record.content)
         self._recorder.tool_result(record)
 
-    def stream_rest_of_answer(self, stage: str, text: str) -> None:
+    def stream_rest_of_answer(self, text: str) -> None:
         """Emit whatever of the final answer was not streamed (e.g. a provider that did not stream)."""
-        extractor = self.extractors.get(stage)
-        emitted = extractor.emitted if extractor is not None else ""
-        rest = text[len(emitted) :] if text.startswith(emitted) else ""
-        if rest or not emitted:
-            self._events.text_content(self.answer_message_id, rest or text)
+        self._answer.show(text)
         self._events.text_end()

@@ -32,7 +32,7 @@ from agent_runtime.engine.memory.window import WindowPolicy
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.models import ContextItem, RunInput
+from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS, ContextItem, RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.service import run_totals
@@ -104,6 +104,7 @@ class RunService:
         self._templates = templates
         self._llm: LLMClient | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._warm: asyncio.Task[None] | None = None
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
@@ -112,8 +113,15 @@ class RunService:
             self._llm = LLMClient(self._settings)
         return self._llm
 
-    async def warm_up(self) -> None:
-        """Import CrewAI and LiteLLM off the event loop so the first run does not pay for it."""
+    def ensure_warm(self) -> asyncio.Task[None]:
+        """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""
+        if self._warm is None:
+            self._warm = asyncio.create_task(self._warm_up(), name="warm-up")
+        return self._warm
+
+    async def _warm_up(self) -> None:
+        """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
+        (and database call) in flight for seconds."""
         from agent_runtime.engine.flow.crewai_env import ensure_worker_threads, load_crewai
 
         # Importing is blocking CPU work with no async alternative; a worker thread keeps the loop
@@ -157,29 +165,41 @@ class RunService:
         except ValueError as exc:
             detail = ErrorDetail(loc=["body", "threadId"], msg="must be a UUID (the session id)")
             raise ValidationFailedError("threadId must be a session UUID", details=[detail]) from exc
-        await self._sessions.ensure(ctx, session_id)
         ids = [m.id for m in agui_input.messages]
+        # Owner-scoped: empty for a thread that does not exist yet (or is someone else's).
         stored = await self._messages.existing_message_ids(ctx, session_id, ids) if ids else set()
-        new = [from_agui(m) for m in agui_input.messages if m.id not in stored]
+        new: list[ChatMessage] = []
+        for index, message in enumerate(agui_input.messages):
+            if message.id in stored:
+                continue
+            new.append(from_agui(message))
+            if isinstance(new[-1], UserMessage) and not 1 <= len(new[-1].content) <= MAX_MESSAGE_CHARS:
+                # The limits of POST /v1/sessions/{id}/runs (RunRequest.message) hold here too.
+                msg = f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters"
+                detail = ErrorDetail(loc=["body", "messages", index, "content"], msg=msg)
+                raise ValidationFailedError("invalid user message", details=[detail])
         if not new or not isinstance(new[-1], UserMessage):
             detail = ErrorDetail(loc=["body", "messages"], msg="must end with a user message not stored yet")
             raise ValidationFailedError("no new user message to run on", details=[detail])
+        # Only once the input is known to be valid: a refused request must not leave a new session behind.
+        await self._sessions.ensure(ctx, session_id)
         context = [
             ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []
         ]
         return await self.start(ctx, session_id, RunInput(new_messages=new, context=context[:10]))
 
     async def _execute(self, job: _RunJob) -> None:
-        # Imported here: the gateway subclasses CrewAI types, and CrewAI loads in seconds, not at start-up.
-        from agent_runtime.engine.runs.gateway import RunGateway
-
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
-        model = self._settings.effective_llm_model
-        gateway = RunGateway(self._client(), job.events, recorder, answer_message_id=str(uuid4()), model=model)
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
         try:
             async with asyncio.timeout(self._settings.run_timeout_seconds):
+                await asyncio.shield(self.ensure_warm())
+                # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
+                from agent_runtime.engine.runs.gateway import RunGateway
+
+                model = self._settings.effective_llm_model
+                gateway = RunGateway(self._client(), job.events, recorder, answer_message_id=str(uuid4()), model=model)
                 await self._run_flow(job, gateway, recorder)
         except BaseException as exc:
             await self._fail(job, recorder, exc)
@@ -217,7 +237,7 @@ class RunService:
         final = await run_agent_flow(state, deps)
         answer_stage = "intent" if final.route == "DIRECT_EXECUTION" else "organization"
         answer = final.assistant_text or ""
-        gateway.stream_rest_of_answer(answer_stage, answer)
+        gateway.stream_rest_of_answer(answer)
         gateway.finish_stage()
         await recorder.completed(
             answer_stage=answer_stage,

@@ -1,0 +1,273 @@
+"""Fixtures for end-to-end run tests: the app pointed at the local DeepSeek stub (never a hosted API).
+
+Every test gets its own stub server and its own app (lifespan run, own pool), so scripted replies, the
+request log and settings overrides never leak between tests. Runs are sequential within one test unless
+the test says otherwise, so the stub's FIFO queue scripts one run's model calls in order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from pydantic import SecretStr
+from tests.conftest import User
+from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubUsage
+
+from agent_runtime.api.app import create_app
+from agent_runtime.engine.messages.models import StoredMessage
+from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.settings import Settings
+
+STUB_API_KEY = "test-key"
+MODEL = "deepseek/deepseek-chat"
+STAGE_TITLES = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
+# config/pricing.yaml, CNY per million tokens.
+PRICE_CACHE_HIT = Decimal("0.2")
+PRICE_CACHE_MISS = Decimal("2")
+PRICE_OUTPUT = Decimal("3")
+
+
+def cny_cost(prompt: int, completion: int, cache_hit: int = 0) -> Decimal:
+    """The custom-pricing cost of one call, by hand from the price table."""
+    total = cache_hit * PRICE_CACHE_HIT + (prompt - cache_hit) * PRICE_CACHE_MISS + completion * PRICE_OUTPUT
+    return total / Decimal(1_000_000)
+
+
+def money(value: Decimal) -> str:
+    """A cost as the API and the stored rows render it (10 decimal places)."""
+    return format(value.quantize(Decimal("1E-10")), "f")
+
+
+def stage_of(request: RecordedRequest) -> str:
+    """The flow stage a model request belongs to: the schema title in its stage request (the last user
+    message carrying one; a JSON repair turn comes after it)."""
+    for message in reversed(request.messages):
+        content = message.get("content")
+        if message.get("role") != "user" or not isinstance(content, str):
+            continue
+        for stage, title in STAGE_TITLES.items():
+            if f'"title":"{title}"' in content:
+                return stage
+    raise AssertionError(f"no stage schema in request: {request.messages!r}")
+
+
+def stage_request_text(request: RecordedRequest) -> str:
+    """The user's message as the stage request quotes it (`The user's latest message (a JSON string): ...`)."""
+    prefix = "The user's latest message (a JSON string): "
+    for message in reversed(request.messages):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str):
+            for line in content.splitlines():
+                if prefix in line:
+                    return str(json.loads(line.split(prefix, 1)[1]))
+    raise AssertionError(f"no stage request in: {request.messages!r}")
+
+
+def intent_direct(text: str, **reply: Any) -> StubReply:
+    payload = {"route": "DIRECT_EXECUTION", "assistant_text": text, "intent_summary": "chat", "safety_flags": []}
+    return StubReply(content=json.dumps(payload, ensure_ascii=False), **reply)
+
+
+def intent_needs(brief: str, **reply: Any) -> StubReply:
+    payload = {
+        "route": "NEEDS_EXECUTION",
+        "assistant_text": None,
+        "intent_summary": "arithmetic",
+        "execution_brief": brief,
+        "safety_flags": [],
+    }
+    return StubReply(content=json.dumps(payload), **reply)
+
+
+def execution_done(summary: str, data: dict[str, Any], **reply: Any) -> StubReply:
+    payload = {"status": "SUCCESS", "execution_summary": summary, "execution_data": data, "report_brief": summary}
+    return StubReply(content=json.dumps(payload), **reply)
+
+
+def organized(text: str, **reply: Any) -> StubReply:
+    return StubReply(content=json.dumps({"assistant_text": text, "response_metadata": {}}, ensure_ascii=False), **reply)
+
+
+def usage(prompt: int, completion: int, cache_hit: int = 0) -> StubUsage:
+    return StubUsage(prompt_tokens=prompt, completion_tokens=completion, cache_hit_tokens=cache_hit)
+
+
+def default_responder(request: RecordedRequest) -> StubReply:
+    """Used when nothing is queued: answer every run directly, quoting the user's message."""
+    return intent_direct(f"echo: {stage_request_text(request)}")
+
+
+def parse_sse(body: str) -> list[dict[str, Any]]:
+    """`data: <json>\\n\\n` frames into event dicts; anything else in the body fails the test."""
+    assert body.endswith("\n\n"), body[-200:]
+    events = []
+    for frame in body[:-2].split("\n\n"):
+        assert frame.startswith("data: ") and "\n" not in frame, frame
+        events.append(json.loads(frame[len("data: ") :]))
+    return events
+
+
+def row_dict(row: StoredMessage) -> dict[str, Any]:
+    """A stored row as JSON, without the values the database generates (id, session, timestamp)."""
+    return row.model_dump(mode="json", exclude={"id", "session_id", "created_at"})
+
+
+def text_messages(events: list[dict[str, Any]]) -> dict[str, str]:
+    """Each streamed text message's full text by id, checking the stream's framing on the way: content only
+    inside an open message, one START and one END per id, every message closed before the run ends."""
+    texts: dict[str, str] = {}
+    open_id: str | None = None
+    for event in events:
+        kind = event["type"]
+        if kind == "TEXT_MESSAGE_START":
+            assert open_id is None and event["messageId"] not in texts, event
+            open_id = event["messageId"]
+            texts[open_id] = ""
+        elif kind == "TEXT_MESSAGE_CONTENT":
+            assert event["messageId"] == open_id and event["delta"], event
+            texts[open_id] += event["delta"]
+        elif kind == "TEXT_MESSAGE_END":
+            assert event["messageId"] == open_id, event
+            open_id = None
+        elif kind in ("TOOL_CALL_START", "RUN_FINISHED", "RUN_ERROR"):
+            assert open_id is None, event
+    return texts
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+@dataclass
+class RunResult:
+    status: int
+    headers: httpx.Headers
+    body: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.headers["x-run-id"]
+
+    def of_type(self, *names: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["type"] in names]
+
+
+@dataclass
+class Harness:
+    """One app on one stub: HTTP client, engine and helpers."""
+
+    app: FastAPI
+    stub: DeepSeekStub
+    client: httpx.AsyncClient
+    settings: Settings
+
+    @property
+    def engine(self) -> RuntimeEngine:
+        engine: RuntimeEngine = self.app.state.engine
+        return engine
+
+    async def new_session(self, user: User) -> str:
+        response = await self.client.post("/v1/sessions", headers=user.headers, json={})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    async def run(self, user: User, session_id: str, message: str, **body: Any) -> RunResult:
+        response = await self.client.post(
+            f"/v1/sessions/{session_id}/runs", headers=user.headers, json={"message": message, **body}
+        )
+        return self._result(response)
+
+    async def agui(self, user: User | None, payload: dict[str, Any]) -> RunResult:
+        headers = user.headers if user is not None else {}
+        return self._result(await self.client.post("/v1/agui", headers=headers, json=payload))
+
+    @staticmethod
+    def _result(response: httpx.Response) -> RunResult:
+        result = RunResult(response.status_code, response.headers, response.text)
+        if response.status_code == 200:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            result.events = parse_sse(response.text)
+        return result
+
+    async def session(self, user: User, session_id: str) -> dict[str, Any]:
+        response = await self.client.get(f"/v1/sessions/{session_id}", headers=user.headers)
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    async def rows(self, user: User, session_id: str) -> list[StoredMessage]:
+        """Every stored row of the session, audit rows included, visible ones first, each in seq order."""
+        rows = await self.engine.messages.list_all(user.ctx, UUID(session_id))
+        return sorted(rows, key=lambda r: (r.seq < 0, abs(r.seq)))
+
+    async def visible(self, user: User, session_id: str) -> list[dict[str, Any]]:
+        response = await self.client.get(f"/v1/sessions/{session_id}/messages", headers=user.headers)
+        assert response.status_code == 200, response.text
+        items: list[dict[str, Any]] = response.json()["items"]
+        return items
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # CrewAI reads its own deprecated fields on every Agent construction (as in tests/flow).
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*"))
+
+
+async def warm_up(h: Harness, user: User) -> None:
+    """One quick run, on its own session: CrewAI and LiteLLM are loaded (once per process) after it."""
+    result = await h.run(user, await h.new_session(user), "warm-up")
+    assert types(result.events)[-1] == "RUN_FINISHED", result.body
+
+
+MakeHarness = Callable[..., AbstractAsyncContextManager[Harness]]
+
+
+@pytest.fixture
+def make_harness(settings: Settings) -> MakeHarness:
+    """`async with make_harness(run_timeout_seconds=1) as h:` an app on a fresh stub; kwargs override settings."""
+
+    @asynccontextmanager
+    async def build(**overrides: Any) -> AsyncIterator[Harness]:
+        async with DeepSeekStub(api_key=STUB_API_KEY, responder=default_responder) as stub:
+            values: dict[str, Any] = {
+                "environment": "test",
+                "llm_model": MODEL,
+                "llm_api_base": stub.base_url,
+                "deepseek_api_key": SecretStr(STUB_API_KEY),
+                "openai_api_key": None,
+                "llm_timeout_seconds": 5.0,
+                "llm_connect_timeout_seconds": 2.0,
+                "llm_max_retries": 2,
+                "llm_retry_base_seconds": 0.01,
+                "llm_retry_max_seconds": 0.02,
+                "run_timeout_seconds": 30.0,
+                "db_pool_max_size": 10,
+            }
+            values.update(overrides)
+            app_settings = settings.model_copy(update=values)
+            app = create_app(app_settings)
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:
+                    yield Harness(app=app, stub=stub, client=client, settings=app_settings)
+
+    return build
+
+
+@pytest.fixture
+async def h(make_harness: MakeHarness) -> AsyncIterator[Harness]:
+    async with make_harness() as harness:
+        yield harness

@@ -1,0 +1,175 @@
+"""Provider errors and the run timeout: RUN_ERROR last, session failed with the event's error_id, user message kept."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+import pytest
+from tests.conftest import User
+from tests.runs.conftest import (
+    Harness,
+    MakeHarness,
+    RunResult,
+    intent_direct,
+    intent_needs,
+    types,
+    usage,
+    warm_up,
+)
+from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
+
+
+async def _assert_failed(h: Harness, user: User, sid: str, result: RunResult, code: str, message: str) -> None:
+    assert result.status == 200
+    assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
+    assert result.events[:3] == [
+        {"type": "RUN_STARTED", "threadId": sid, "runId": result.run_id},
+        {"type": "STEP_STARTED", "stepName": "intent"},
+        {"type": "STEP_FINISHED", "stepName": "intent"},
+    ]
+    error = result.events[-1]
+    match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
+    assert match is not None, error
+    assert error == {"type": "RUN_ERROR", "code": code, "message": error["message"]}
+    session = await h.session(user, sid)
+    assert (session["status"], session["error_id"]) == ("failed", match.group(1))
+    assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": match.group(1)}
+    # The user's message is kept; no model answered, so there is nothing else to store or bill.
+    rows = await h.rows(user, sid)
+    assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
+
+
+SERVER_ERROR = "The language model provider had an internal error."
+
+
+@pytest.mark.parametrize("status", [500, 503])
+async def test_server_errors_beyond_the_retries_fail_the_run(
+    h: Harness, make_user: Callable[[], User], status: int
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    # llm_max_retries = 2: the first try and two retries, then the error.
+    h.stub.enqueue(*[StubFault(kind="status", status=status)] * 3, intent_direct("never used"))
+
+    result = await h.run(user, sid, "hello")
+
+    assert len(h.stub.requests) == 3
+    await _assert_failed(h, user, sid, result, "llm_server_error", SERVER_ERROR)
+
+
+async def test_bad_request_fails_the_run_without_retrying(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    # The stub answers an unknown model with DeepSeek's 400 "Model Not Exist" (invalid_request_error).
+    # (A queued StubFault(status=400) is labelled "rate_limit" by the stub and LiteLLM makes it a 429.)
+    async with make_harness(llm_model="deepseek/deepseek-v9") as h:
+        user = make_user()
+        sid = await h.new_session(user)
+
+        result = await h.run(user, sid, "hello")
+
+        assert len(h.stub.requests) == 1
+        assert h.stub.requests[0].body["model"] == "deepseek-v9"
+        await _assert_failed(
+            h, user, sid, result, "llm_bad_request", "The language model provider rejected the request."
+        )
+
+
+async def test_a_retried_server_error_is_invisible(h: Harness, make_user: Callable[[], User]) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    h.stub.enqueue(StubFault(kind="status", status=500), intent_direct("Hi!", usage=usage(100, 10)))
+
+    result = await h.run(user, sid, "hello")
+
+    assert len(h.stub.requests) == 2
+    assert types(result.events)[-2:] == ["CUSTOM", "RUN_FINISHED"]
+    assert result.events[-2]["value"]["modelCalls"] == 1
+    assert result.events[-2]["value"]["cost"] == "0.0002300000"
+    assert (await h.session(user, sid))["status"] == "completed"
+
+
+async def test_run_timeout_fails_the_run_and_frees_the_session(
+    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    # A first run on the default app loads CrewAI and LiteLLM: the timed run below measures only itself.
+    await warm_up(h, make_user())
+    async with make_harness(run_timeout_seconds=1.0) as timed:
+        user = make_user()
+        sid = await timed.new_session(user)
+        # The model would answer after 4 s; the per-call LLM timeout (5 s) would not fire first.
+        timed.stub.enqueue(intent_direct("too late", delay_seconds=4.0))
+
+        started = time.monotonic()
+        result = await timed.run(user, sid, "hello")
+        elapsed = time.monotonic() - started
+
+        assert 1.0 <= elapsed < 3.0  # not waiting for the model's answer
+        await _assert_failed(timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS")
+        # Never left (or put back to) running, and the session takes the next run.
+        await asyncio.sleep(0.5)
+        assert (await timed.session(user, sid))["status"] == "failed"
+        timed.stub.enqueue(intent_direct("On time now."))
+        second = await timed.run(user, sid, "again")
+        assert types(second.events)[-1] == "RUN_FINISHED"
+        session = await timed.session(user, sid)
+        assert (session["status"], session["error_id"]) == ("completed", None)
+
+
+async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    arguments = '{"expression": "2 * 21"}'
+    h.stub.enqueue(
+        intent_needs("Compute 2 * 21.", usage=usage(800, 40, 600)),
+        StubReply(tool_calls=[StubToolCall(id="call_1", name="calculator", arguments=arguments)], usage=usage(900, 20)),
+        *[StubFault(kind="status", status=500)] * 3,
+    )
+
+    result = await h.run(user, sid, "what is 2 * 21?")
+
+    assert len(h.stub.requests) == 5
+    assert types(result.events) == [
+        "RUN_STARTED",
+        "STEP_STARTED",
+        "STEP_FINISHED",
+        "STEP_STARTED",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "STEP_FINISHED",
+        "RUN_ERROR",
+    ]
+    assert result.events[-2] == {"type": "STEP_FINISHED", "stepName": "execution"}
+    assert result.events[-1]["code"] == "llm_server_error"
+    rows = await h.rows(user, sid)
+    reason = f"llm_server_error: {SERVER_ERROR}"
+    assert [(r.seq, r.role, r.metadata.kind, r.input_tokens, r.output_tokens, str(r.cost)) for r in rows] == [
+        (1, "user", "user_input", 0, 0, "0E-10"),
+        (2, "assistant", "tool_call", 900, 20, "0.0018600000"),
+        (3, "tool", "tool_result", 0, 0, "0E-10"),
+        (-1, "assistant", "audit", 800, 40, "0.0006400000"),
+    ]
+    assert rows[2].content == '{"expression":"2 * 21","result":"42"}'
+    assert rows[3].metadata.model_dump()["error"] == reason
+    total = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
+    assert (total["cost"], total["model_calls"]) == ("0.0025000000", 2)
+    assert (await h.session(user, sid))["status"] == "failed"
+
+
+async def test_a_stream_cut_off_mid_answer_fails_the_run(h: Harness, make_user: Callable[[], User]) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    h.stub.enqueue(StubFault(kind="disconnect", after_chunks=3), intent_direct("never used"))
+
+    result = await h.run(user, sid, "hello")
+
+    # Text had reached the caller, so the call is not retried.
+    assert len(h.stub.requests) == 1
+    await _assert_failed(h, user, sid, result, "llm_stream_interrupted", "The language model stream was interrupted.")
