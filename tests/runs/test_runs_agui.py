@@ -186,3 +186,16 @@ async def test_a_refused_agui_request_creates_no_thread(
     assert (await h.client.get(f"/v1/sessions/{thread_id}", headers=user.headers)).status_code == 404
     assert (await h.client.get("/v1/sessions", headers=user.headers)).json()["total"] == 0
     assert h.stub.requests == []
+
+
+async def test_a_uuid_run_id_from_the_client_is_echoed_once(h: Harness, make_user: Callable[[], User]) -> None:
+    user = make_user()
+    thread_id, client_run_id = str(uuid4()), str(uuid4())
+    h.stub.enqueue(intent_direct("one"))
+    first = await h.agui(user, {**run_input(thread_id, [user_message("u-1", "first")]), "runId": client_run_id})
+    assert first.events[0] == {"type": "RUN_STARTED", "threadId": thread_id, "runId": client_run_id}
+    assert first.events[-1]["runId"] == client_run_id
+    h.stub.enqueue(intent_direct("two"))
+    reused = await h.agui(user, {**run_input(thread_id, [user_message("u-2", "second")]), "runId": client_run_id})
+    assert reused.events[0]["type"] == "RUN_STARTED" and reused.events[0]["runId"] != client_run_id
+    assert reused.events[-1]["type"] == "RUN_FINISHED"

@@ -94,6 +94,14 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+# DeepSeek's error "type" per status; a wrong type (e.g. rate_limit on a 400) makes LiteLLM misclassify.
+_ERROR_TYPES = {401: "authentication_error", 402: "insufficient_balance", 429: "rate_limit_error"}
+
+
+def _default_type(status: int) -> str:
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
 def _error(status: int, message: str, err_type: str, headers: dict[str, str] | None = None) -> web.Response:
     payload = {"error": {"message": message, "type": err_type, "param": None, "code": err_type}}
     return web.json_response(payload, status=status, headers=headers)
@@ -280,7 +288,9 @@ class DeepSeekStub:
     async def _fault(self, request: web.Request, fault: StubFault, stream: bool) -> web.StreamResponse:
         if fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else None
-            return _error(fault.status, fault.message, "server_error" if fault.status >= 500 else "rate_limit", headers)
+            return _error(
+                fault.status, fault.message, _ERROR_TYPES.get(fault.status, _default_type(fault.status)), headers
+            )
         if fault.kind == "invalid_json":
             return web.Response(body=b'{"id": "broken", "choices": [', content_type="application/json")
         if not stream or fault.after_chunks == 0:

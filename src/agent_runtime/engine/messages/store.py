@@ -134,6 +134,18 @@ class MessageStore:
         )
         return {r["message_id"] for r in rows}
 
+    async def run_id_used(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> bool:
+        used = await self._pool.fetchval(
+            """
+            SELECT 1 FROM agent_chat_messages
+            WHERE session_id = $1 AND user_id = $2 AND metadata ->> 'run_id' = $3 LIMIT 1
+            """,
+            session_id,
+            ctx.user_id,
+            str(run_id),
+        )
+        return used is not None
+
     async def list_visible(
         self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
     ) -> Page[StoredMessage]:

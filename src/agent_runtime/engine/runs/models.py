@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime.engine.memory.messages import ChatMessage
@@ -35,3 +37,4 @@ class RunInput(BaseModel):
 
     new_messages: list[ChatMessage] = Field(min_length=1)
     context: list[ContextItem] = Field(default_factory=list)
+    run_id: UUID | None = Field(default=None, description="The client's run id (AG-UI runId), when it is a UUID.")

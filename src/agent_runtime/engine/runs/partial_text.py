@@ -27,10 +27,6 @@ class AssistantTextExtractor:
         self._required_route = required_route
         self.emitted = ""
 
-    def reset(self) -> None:
-        """A new attempt (after invalid JSON) starts a new buffer but keeps what was already emitted."""
-        self._buffer.clear()
-
     def feed(self, delta: str) -> str:
         self._buffer.append(delta)
         text = self._current_text()

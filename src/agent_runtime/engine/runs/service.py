@@ -138,7 +138,10 @@ class RunService:
         ids = [m.id for m in run_input.new_messages]
         if await self._messages.existing_message_ids(ctx, session_id, ids):
             raise ConflictError("a message with this id is already stored in this session")
-        run_id = uuid4()
+        run_id = run_input.run_id
+        if run_id is None or await self._messages.run_id_used(ctx, session_id, run_id):
+            # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.
+            run_id = uuid4()
         await self._sessions.start_run(ctx, session_id, run_id)
         stamped = [m.model_copy(update={"metadata": ChatMetadata(run_id=str(run_id))}) for m in run_input.new_messages]
         try:
@@ -186,7 +189,13 @@ class RunService:
         context = [
             ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []
         ]
-        return await self.start(ctx, session_id, RunInput(new_messages=new, context=context[:10]))
+        # Echo the client's runId in RUN_STARTED/RUN_FINISHED when it can also be our run id (a UUID).
+        try:
+            client_run_id: UUID | None = UUID(agui_input.run_id)
+        except ValueError:
+            client_run_id = None
+        run_input = RunInput(new_messages=new, context=context[:10], run_id=client_run_id)
+        return await self.start(ctx, session_id, run_input)
 
     async def _execute(self, job: _RunJob) -> None:
         run_id = str(job.run_id)
