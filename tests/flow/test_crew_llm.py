@@ -37,8 +37,8 @@ from agent_runtime.engine.flow.crew_llm import (  # noqa: E402
     StageOutputError,
     ToolCallObserved,
     ToolResultObserved,
-    schema_instruction,
 )
+from agent_runtime.engine.flow.wire import schema_instruction  # noqa: E402
 from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
 
 

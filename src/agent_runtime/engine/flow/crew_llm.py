@@ -82,6 +82,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.flow.wire import (
+    repair_instruction,
+    strip_code_fence,
+    wire_messages,
+    wire_tools,
+    with_schema_instruction,
+)
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 if TYPE_CHECKING:
@@ -92,8 +99,6 @@ if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage
 
 # The OpenAI chat message keys our LLM layer understands; CrewAI adds private ones we must not forward.
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
-_REPAIR_ERROR_CHARS = 600
 # Big enough that CrewAI never defers a tool result to a temp file nor summarises on its own: the
 # memory window (engine/memory) owns the context budget.
 _CONTEXT_WINDOW_TOKENS = 128_000
@@ -339,31 +344,31 @@ class _DelegatingLLMBody(BaseModel):
         call_model = self._call_model
         if call_model is None:
             raise RuntimeError("DelegatingLLM was built without call_model; use DelegatingLLM.for_stage()")
-        wire = _wire_messages(messages)
+        wire = wire_messages(messages)
         self.observe_messages(wire)
         contract = response_model or self.output_model
         if contract is not None and self.inject_schema:
-            wire = _with_schema_instruction(wire, contract)
-        wire_tools = _wire_tools(tools)
+            wire = with_schema_instruction(wire, contract)
+        offered_tools = wire_tools(tools)
 
         conversation = wire
         attempt = 0
         while True:
             request = ModelCall(
                 messages=conversation,
-                tools=wire_tools,
+                tools=offered_tools,
                 json_mode=contract is not None,
                 stage=self.stage,
                 attempt=attempt,
             )
             reply = await call_model(request)
-            if reply.tool_calls and wire_tools:
+            if reply.tool_calls and offered_tools:
                 return self._hand_over_tool_calls(reply.tool_calls)
             content = reply.content or ""
             if contract is None:
                 return content
             try:
-                parsed = contract.model_validate_json(_strip_code_fence(content))
+                parsed = contract.model_validate_json(strip_code_fence(content))
             except ValidationError as exc:
                 if attempt >= self.max_json_retries:
                     raise StageOutputError(
@@ -375,7 +380,7 @@ class _DelegatingLLMBody(BaseModel):
                 conversation = [
                     *conversation,
                     {"role": "assistant", "content": content},
-                    {"role": "user", "content": _repair_instruction(exc)},
+                    {"role": "user", "content": repair_instruction(exc)},
                 ]
                 continue
             # CrewAI wants the instance when it asked for a model; a tool stage's final answer goes back as
@@ -451,66 +456,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-def _wire_messages(messages: str | list[LLMMessage]) -> list[dict[str, Any]]:
-    if isinstance(messages, str):
-        return [{"role": "user", "content": messages}]
-    return [{key: value for key, value in message.items() if key in _MESSAGE_KEYS} for message in messages]
-
-
-def _wire_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    if not tools:
-        return None
-    # CrewAI marks every function "strict"; strict mode needs schemas CrewAI does not guarantee
-    # (all properties required, additionalProperties false) and DeepSeek only knows it in beta.
-    cleaned: list[dict[str, Any]] = []
-    for tool in tools:
-        function = {key: value for key, value in dict(tool.get("function", {})).items() if key != "strict"}
-        cleaned.append({**tool, "function": function})
-    return cleaned
-
-
-def schema_instruction(contract: type[BaseModel]) -> str:
-    """The JSON-mode instruction added to a stage's system message (public for prompt tests)."""
-    schema = json.dumps(contract.model_json_schema(), ensure_ascii=False, separators=(",", ":"))
-    return (
-        "Answer with exactly one JSON object, no prose and no code fences, "
-        f"that validates against this JSON schema:\n{schema}"
-    )
-
-
-def _with_schema_instruction(messages: list[dict[str, Any]], contract: type[BaseModel]) -> list[dict[str, Any]]:
-    # Appended to the last user message (the stage's request; tool turns come after it): the system
-    # message and the history stay byte-identical across stages, so the provider's prefix cache keeps
-    # hitting on them. Skipped when the request already carries the instruction (e.g. a YAML template).
-    instruction = schema_instruction(contract)
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.get("role") != "user":
-            continue
-        content = message.get("content")
-        if isinstance(content, str) and instruction in content:
-            return messages
-        merged = {**message, "content": f"{content or ''}\n\n{instruction}"}
-        return [*messages[:index], merged, *messages[index + 1 :]]
-    return [*messages, {"role": "user", "content": instruction}]
-
-
-def _strip_code_fence(content: str) -> str:
-    text = content.strip()
-    if text.startswith("```") and text.endswith("```"):
-        text = text[3:-3]
-        if text.startswith("json"):
-            text = text[4:]
-    return text.strip()
-
-
-def _repair_instruction(error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors()
-    )
-    return (
-        "Your previous answer could not be used: "
-        f"{problems[:_REPAIR_ERROR_CHARS]}. Answer again with only the JSON object that matches the schema."
-    )
