@@ -33,8 +33,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            warm_up.cancel()
+            # Drain runs first (they may be waiting for the warm-up), then drop an unfinished warm-up.
             await resources.close()
+            warm_up.cancel()
 
     app = FastAPI(
         title="agent-runtime",
