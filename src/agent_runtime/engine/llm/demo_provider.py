@@ -8,14 +8,17 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import TypeAdapter
 
 from agent_runtime.engine.llm.demo_stages import DemoAnswer, demo_answer
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import ToolSchema, WireMessage
+
+if TYPE_CHECKING:
+    # Only for LiteLLM's CustomLLM signature: the demo model makes no HTTP requests at all.
+    import httpx
 
 # Before any `litellm.*` import: load_litellm() switches LiteLLM to its bundled (offline) price map.
 load_litellm()
