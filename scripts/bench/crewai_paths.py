@@ -208,7 +208,7 @@ def _runner(path: str) -> Callable[[str, float], Awaitable[object]]:
 
 
 def _fake_model(route: str, latency: float) -> Any:
-    from agent_runtime.engine.flow.crew_llm import ModelCall, ModelReply
+    from agent_runtime.engine.flow.model_call import ModelCall, ModelReply
     from agent_runtime.engine.messages.metadata import ToolCallSpec
 
     intent = {"route": route, "intent_summary": "add numbers"}

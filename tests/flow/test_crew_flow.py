@@ -30,7 +30,7 @@ from agent_runtime.engine.flow.crew_flow import (  # noqa: E402
     build_state,
     run_agent_flow,
 )
-from agent_runtime.engine.flow.crew_llm import (  # noqa: E402
+from agent_runtime.engine.flow.model_call import (  # noqa: E402
     AdapterEvent,
     CallModel,
     ModelCall,

@@ -28,9 +28,9 @@ _CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-tests-{os.ge
 crewai_env.load_crewai(_CREWAI_DATA)
 atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
-from agent_runtime.engine.flow.crew_llm import (  # noqa: E402
+from agent_runtime.engine.flow.crew_llm import DelegatingLLM  # noqa: E402
+from agent_runtime.engine.flow.model_call import (  # noqa: E402
     AdapterEvent,
-    DelegatingLLM,
     ModelCall,
     ModelReply,
     StageCancelledError,

@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
-from agent_runtime.engine.flow.crew_llm import CallModel, DelegatingLLM, EventSink, StageOutputError
+from agent_runtime.engine.flow.crew_llm import DelegatingLLM
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,

@@ -74,14 +74,23 @@ import asyncio
 import concurrent.futures
 import json
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
+from agent_runtime.engine.flow.model_call import (
+    AdapterEvent,
+    CallModel,
+    EventSink,
+    ModelCall,
+    StageCancelledError,
+    StageOutputError,
+    ToolCallObserved,
+    ToolResultObserved,
+)
 from agent_runtime.engine.flow.wire import (
     repair_instruction,
     strip_code_fence,
@@ -98,64 +107,11 @@ if TYPE_CHECKING:
     from crewai.tools.base_tool import BaseTool
     from crewai.utilities.types import LLMMessage
 
-# The OpenAI chat message keys our LLM layer understands; CrewAI adds private ones we must not forward.
 # Big enough that CrewAI never defers a tool result to a temp file nor summarises on its own: the
 # memory window (engine/memory) owns the context budget.
 _CONTEXT_WINDOW_TOKENS = 128_000
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class ModelCall(BaseModel):
-    """One request to our LLM layer."""
-
-    # Adapter boundary: CrewAI hands us OpenAI-style message dicts (TypedDicts with optional keys), and
-    # the LLM layer sends them on as they are; a typed union of message models would only be re-dumped.
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI function-tool schemas.")
-    json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
-    stage: str
-    attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
-
-
-class ModelReply(BaseModel):
-    content: str | None = None
-    # The stored tool_call row's shape: id, name and the arguments JSON text exactly as the model produced it.
-    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
-
-
-CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
-
-
-class ToolCallObserved(BaseModel):
-    kind: Literal["tool_call"] = "tool_call"
-    stage: str
-    call_id: str
-    name: str
-    arguments: str
-
-
-class ToolResultObserved(BaseModel):
-    kind: Literal["tool_result"] = "tool_result"
-    stage: str
-    call_id: str
-    name: str
-    content: str
-
-
-AdapterEvent = ToolCallObserved | ToolResultObserved
-# Called on the event-loop thread; it must not block (enqueue and return).
-EventSink = Callable[[AdapterEvent], None]
-
-
-class StageOutputError(UpstreamError):
-    """The model kept answering a stage with output that does not validate against its contract."""
-
-    code = "invalid_model_output"
-
-
-class StageCancelledError(RuntimeError):
-    """The run was closed while (or before) a model call of this stage was in flight."""
 
 
 def _without_crewai_retry(method: _F) -> _F:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from uuid import uuid4
 
-from agent_runtime.engine.flow.crew_llm import AdapterEvent, ModelCall, ModelReply, ToolResultObserved
+from agent_runtime.engine.flow.model_call import AdapterEvent, ModelCall, ModelReply, ToolResultObserved
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, ToolSchema, WireMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec

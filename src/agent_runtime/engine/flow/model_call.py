@@ -1,0 +1,65 @@
+"""The contract between the CrewAI adapter (`crew_llm`) and the run that owns it: one model call in, one
+reply out, plus the tool events the adapter observes. No CrewAI import here, so the run layer can use these
+types without loading CrewAI."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agent_runtime.engine.errors import UpstreamError
+from agent_runtime.engine.messages.metadata import ToolCallSpec
+
+
+class ModelCall(BaseModel):
+    """One request to our LLM layer."""
+
+    # Adapter boundary: CrewAI hands us OpenAI-style message dicts (TypedDicts with optional keys), and
+    # the LLM layer sends them on as they are; a typed union of message models would only be re-dumped.
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI function-tool schemas.")
+    json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
+    stage: str
+    attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
+
+
+class ModelReply(BaseModel):
+    content: str | None = None
+    # The stored tool_call row's shape: id, name and the arguments JSON text exactly as the model produced it.
+    tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+
+
+CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
+
+
+class ToolCallObserved(BaseModel):
+    kind: Literal["tool_call"] = "tool_call"
+    stage: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+class ToolResultObserved(BaseModel):
+    kind: Literal["tool_result"] = "tool_result"
+    stage: str
+    call_id: str
+    name: str
+    content: str
+
+
+AdapterEvent = ToolCallObserved | ToolResultObserved
+# Called on the event-loop thread; it must not block (enqueue and return).
+EventSink = Callable[[AdapterEvent], None]
+
+
+class StageOutputError(UpstreamError):
+    """The model kept answering a stage with output that does not validate against its contract."""
+
+    code = "invalid_model_output"
+
+
+class StageCancelledError(RuntimeError):
+    """The run was closed while (or before) a model call of this stage was in flight."""
