@@ -140,6 +140,7 @@ def _class_for_status(status: int | None) -> type[LLMError]:
 
 def _connection_failure(exc: BaseException) -> bool:
     """LiteLLM reports "connection refused" and "server disconnected" as HTTP 500; the cause chain knows better."""
+    # Exception types only (LiteLLM's transports raise them); nothing here makes an HTTP request.
     import aiohttp
     import httpx
 
