@@ -361,14 +361,11 @@ BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.sessions.service", "SessionService", "finish_run", "SessionService.finish_run"),
     ("agent_runtime.engine.runs.service", None, "run_totals", "run_totals"),
 )
-BUILDER_LABEL = "flow > streaming > litellm.stream_chunk_builder (worker thread)"
 
 
 def instrument(spent: Counter[str], calls: Counter[str]) -> None:
     """Wrap the coroutines above to add up the process CPU spent inside each (diagnostic; after the tables)."""
     import importlib
-
-    import litellm
 
     def timed(original: Any, label: str) -> Any:
         @functools.wraps(original)
@@ -386,19 +383,6 @@ def instrument(spent: Counter[str], calls: Counter[str]) -> None:
         module = importlib.import_module(module_name)
         owner = getattr(module, class_name) if class_name else module
         setattr(owner, attribute, timed(getattr(owner, attribute), label))
-    builder = litellm.stream_chunk_builder
-
-    @functools.wraps(builder)
-    def timed_builder(*args: Any, **kwargs: Any) -> Any:
-        # Sync, on a worker thread: its own thread's CPU.
-        cpu0 = time.thread_time()
-        try:
-            return builder(*args, **kwargs)
-        finally:
-            spent[BUILDER_LABEL] += time.thread_time() - cpu0
-            calls[BUILDER_LABEL] += 1
-
-    litellm.stream_chunk_builder = timed_builder
 
 
 async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, history: int) -> None:
@@ -406,7 +390,6 @@ async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, histo
     calls: Counter[str] = Counter()
     instrument(spent, calls)
     labels = [label for *_, label in BREAKDOWN_TARGETS]
-    labels.insert(labels.index("flow > LLMClient.complete"), BUILDER_LABEL)
     columns: dict[str, dict[str, float]] = {}
     for kind, text in (("full", f"{FULL} What is (17.5 * 4 + 3) / 7?"), ("short", f"{SHORT} Hi, how are you?")):
         session = await new_session(engine, ctx, history)

@@ -4,7 +4,8 @@ The stub runs in a child process so its CPU time is not charged to the clients b
 variants are measured in the same run, one call of each per round in a shuffled order, so machine noise
 and position effects (LiteLLM finishes its logging in background tasks after a call returns) hit them alike.
 Overhead is the median of per-round differences to bare LiteLLM, which is far steadier than a difference
-of medians on a busy machine.
+of medians on a busy machine. The CPU column is the process CPU within the call (LiteLLM's logging that
+finishes in background tasks afterwards is not in it, which flatters the bare-LiteLLM rows).
 
     uv run python scripts/bench/llm_overhead.py [--rounds 300] [--warmup 30]
 """
@@ -20,6 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -101,6 +103,14 @@ async def _variants(base_url: str, session: aiohttp.ClientSession) -> dict[str, 
         chunks = await litellm.acompletion(**bare, stream=True, stream_options=USAGE)
         return [chunk async for chunk in chunks]
 
+    async def provider_stream() -> object:
+        # What LLMClient reads: the provider's iterator inside LiteLLM's CustomStreamWrapper.
+        chunks = await litellm.acompletion(**bare, stream=True, stream_options=USAGE)
+        try:
+            return [chunk async for chunk in chunks.completion_stream]
+        finally:
+            await chunks.aclose()
+
     async def ours_once() -> object:
         return await client.complete(request)
 
@@ -128,6 +138,7 @@ async def _variants(base_url: str, session: aiohttp.ClientSession) -> dict[str, 
         "LLMClient.complete / non-stream": ours_once,
         "raw aiohttp / stream": raw_stream,
         "litellm.acompletion / stream": litellm_stream,
+        "litellm provider iterator / stream": provider_stream,
         "LLMClient.complete_streaming / stream": ours_stream,
         "LLMClient alone, replayed / non-stream": layer_once,
         "LLMClient alone, replayed / stream": layer_stream,
@@ -138,31 +149,39 @@ def _p90(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=10)[-1]
 
 
-async def _measure(base_url: str, rounds: int, warmup: int) -> dict[str, list[float]]:
+@dataclass
+class Timings:
+    wall: dict[str, list[float]]
+    cpu: dict[str, list[float]]
+
+
+async def _measure(base_url: str, rounds: int, warmup: int) -> Timings:
     async with aiohttp.ClientSession() as session:
         variants = await _variants(base_url, session)
-        timings: dict[str, list[float]] = {name: [] for name in variants}
+        timings = Timings(wall={name: [] for name in variants}, cpu={name: [] for name in variants})
         order = list(variants)
         shuffle = random.Random(1).shuffle
         for index in range(warmup + rounds):
             shuffle(order)
             for name in order:
                 call = variants[name]
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 await call()
-                elapsed = (time.perf_counter() - start) * 1000
+                elapsed, cpu = (time.perf_counter() - start) * 1000, (time.process_time() - cpu_start) * 1000
                 if index >= warmup:
-                    timings[name].append(elapsed)
+                    timings.wall[name].append(elapsed)
+                    timings.cpu[name].append(cpu)
     return timings
 
 
-def _print_table(timings: dict[str, list[float]]) -> None:
-    print(f"{'variant':40} {'median ms':>10} {'p90 ms':>10} {'vs litellm, paired median ms':>29}")
-    for name, samples in timings.items():
-        baseline = timings[f"litellm.acompletion / {name.split(' / ')[1]}"]
+def _print_table(timings: Timings) -> None:
+    print(f"{'variant':40} {'median ms':>10} {'p90 ms':>10} {'vs litellm, paired median ms':>29} {'CPU ms median':>14}")
+    for name, samples in timings.wall.items():
+        baseline = timings.wall[f"litellm.acompletion / {name.split(' / ')[1]}"]
         paired = statistics.median(ours - bare for ours, bare in zip(samples, baseline, strict=True))
         shown = "" if "replayed" in name else f"{paired:+29.3f}"
-        print(f"{name:40} {statistics.median(samples):10.3f} {_p90(samples):10.3f} {shown:>29}")
+        cpu = statistics.median(timings.cpu[name])
+        print(f"{name:40} {statistics.median(samples):10.3f} {_p90(samples):10.3f} {shown:>29} {cpu:14.3f}")
 
 
 def main() -> None:

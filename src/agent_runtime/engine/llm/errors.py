@@ -12,6 +12,10 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import ClassVar
 
+# Exception types only (LiteLLM's transports raise them); nothing here makes an HTTP request.
+import aiohttp
+import httpx
+
 from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.llm.litellm_import import load_litellm
 
@@ -140,10 +144,6 @@ def _class_for_status(status: int | None) -> type[LLMError]:
 
 def _connection_failure(exc: BaseException) -> bool:
     """LiteLLM reports "connection refused" and "server disconnected" as HTTP 500; the cause chain knows better."""
-    # Exception types only (LiteLLM's transports raise them); nothing here makes an HTTP request.
-    import aiohttp
-    import httpx
-
     seen: BaseException | None = exc
     for _ in range(10):
         if seen is None:
@@ -161,6 +161,12 @@ def map_exception(exc: BaseException, *, secrets: Iterable[str] = ()) -> LLMErro
     message = scrub(f"{type(exc).__name__}: {exc}", secrets)
     if isinstance(exc, TimeoutError):
         return LLMTimeoutError(provider_message=message)
+    # Raw transport errors only come from reading a provider stream (LLMClient skips LiteLLM's stream
+    # wrapper, which used to translate them); LiteLLM translates them on every other path.
+    if isinstance(exc, httpx.TimeoutException):
+        return LLMTimeoutError(provider_message=message)
+    if isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError):
+        return LLMStreamInterruptedError(provider_message=message)
     load_litellm()
     from litellm.exceptions import APIConnectionError, APIError, MidStreamFallbackError, Timeout
 

@@ -14,6 +14,11 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _field(obj: Any, name: str) -> Any:
+    # Usage comes as an object from OpenAI-compatible providers and as a plain dict from custom providers.
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
 def usage_from_litellm(raw: Any) -> LLMUsage | None:
     """DeepSeek's `prompt_cache_hit/miss_tokens` when present, else OpenAI's `prompt_tokens_details.cached_tokens`.
 
@@ -22,13 +27,13 @@ def usage_from_litellm(raw: Any) -> LLMUsage | None:
     """
     if raw is None:
         return None
-    prompt = _int_or_none(getattr(raw, "prompt_tokens", None)) or 0
-    completion = _int_or_none(getattr(raw, "completion_tokens", None)) or 0
-    total = _int_or_none(getattr(raw, "total_tokens", None)) or prompt + completion
-    hit = _int_or_none(getattr(raw, "prompt_cache_hit_tokens", None))
+    prompt = _int_or_none(_field(raw, "prompt_tokens")) or 0
+    completion = _int_or_none(_field(raw, "completion_tokens")) or 0
+    total = _int_or_none(_field(raw, "total_tokens")) or prompt + completion
+    hit = _int_or_none(_field(raw, "prompt_cache_hit_tokens"))
     if hit is None:
-        hit = _int_or_none(getattr(getattr(raw, "prompt_tokens_details", None), "cached_tokens", None))
-    miss = _int_or_none(getattr(raw, "prompt_cache_miss_tokens", None))
+        hit = _int_or_none(_field(_field(raw, "prompt_tokens_details"), "cached_tokens"))
+    miss = _int_or_none(_field(raw, "prompt_cache_miss_tokens"))
     if hit is not None and miss is None and hit <= prompt:
         miss = prompt - hit
     return LLMUsage(
@@ -110,6 +115,8 @@ class StreamAccumulator:
         return self._absorb(chunk, None)
 
     def _absorb(self, chunk: Any, tool_events: list[LLMTextDelta | LLMToolCallDelta] | None) -> str:
+        if isinstance(chunk, dict):
+            return self._absorb_generic(chunk, tool_events)
         usage = _chunk_usage(chunk)
         if usage is not None:
             self._usage = usage
@@ -129,16 +136,34 @@ class StreamAccumulator:
                 self._finish_reason = finish_reason
         return text
 
+    def _absorb_generic(self, chunk: dict[str, Any], tool_events: list[LLMTextDelta | LLMToolCallDelta] | None) -> str:
+        """LiteLLM's `GenericStreamingChunk`: what custom providers yield, and a provider stream's `[DONE]`."""
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        text: str = chunk.get("text") or ""
+        if text:
+            self._text.append(text)
+        if chunk.get("tool_use"):
+            event = self._feed_tool_call(chunk["tool_use"])
+            if tool_events is not None:
+                tool_events.append(event)
+        # `[DONE]` arrives as is_finished with "stop": it must not overwrite the provider's own reason.
+        if chunk.get("is_finished") and self._finish_reason is None:
+            self._finish_reason = chunk.get("finish_reason") or "stop"
+        return text
+
     def _feed_tool_call(self, call: Any) -> LLMToolCallDelta:
-        index = call.index if isinstance(call.index, int) else len(self._tools)
+        index = _field(call, "index")
+        index = index if isinstance(index, int) else len(self._tools)
         buffer = self._tools.setdefault(index, _ToolCallBuffer())
-        function = call.function
-        name = getattr(function, "name", None) if function is not None else None
-        arguments = (getattr(function, "arguments", None) or "") if function is not None else ""
-        buffer.id = buffer.id or call.id
+        function = _field(call, "function")
+        name = _field(function, "name")
+        arguments = _field(function, "arguments") or ""
+        call_id = _field(call, "id")
+        buffer.id = buffer.id or call_id
         buffer.name = buffer.name or name
         buffer.arguments.append(arguments)
-        return LLMToolCallDelta(index=index, id=call.id, name=name, arguments_delta=arguments)
+        return LLMToolCallDelta(index=index, id=call_id, name=name, arguments_delta=arguments)
 
     def finish(self) -> ParsedMessage:
         if self._finish_reason is None:
