@@ -108,7 +108,6 @@ async def test_stream_usage_is_read_from_the_last_chunk(stub: DeepSeekStub, make
     assert [type(e) for e in events] == [LLMTextDelta, LLMTextDelta, LLMStreamEnd]
     final = events[-1]
     assert isinstance(final, LLMStreamEnd)
-    # LiteLLM drops DeepSeek's own hit/miss names when streaming; the miss count is derived.
     assert final.response.usage == LLMUsage(
         prompt_tokens=50, completion_tokens=5, total_tokens=55, cache_hit_tokens=20, cache_miss_tokens=30
     )

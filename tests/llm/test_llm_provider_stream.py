@@ -29,7 +29,11 @@ async def _wrapper_and_chunks(settings: Settings, request: LLMRequest) -> tuple[
 
 async def test_litellm_stream_wraps_a_provider_iterator_that_keeps_deepseek_usage(stub: DeepSeekStub) -> None:
     """Pins the LiteLLM detail the client depends on (an upgrade that moves it fails here first)."""
-    stub.enqueue(StubReply(content="abcdefgh", chunk_chars=4, usage=StubUsage(prompt_tokens=9, completion_tokens=2, cache_hit_tokens=4)))
+    stub.enqueue(
+        StubReply(
+            content="abcdefgh", chunk_chars=4, usage=StubUsage(prompt_tokens=9, completion_tokens=2, cache_hit_tokens=4)
+        )
+    )
     wrapper, chunks = await _wrapper_and_chunks(stub_settings(stub), HELLO_REQUEST)
     assert type(wrapper).__name__ == "CustomStreamWrapper"
     texts = [c.choices[0].delta.content for c in chunks if not isinstance(c, dict) and c.choices]
@@ -57,7 +61,11 @@ async def test_demo_provider_streams_generic_chunks(demo_settings: Settings) -> 
 @pytest.mark.parametrize(
     "reply",
     [
-        StubReply(content="one two three", chunk_chars=3, usage=StubUsage(prompt_tokens=40, completion_tokens=3, cache_hit_tokens=32)),
+        StubReply(
+            content="one two three",
+            chunk_chars=3,
+            usage=StubUsage(prompt_tokens=40, completion_tokens=3, cache_hit_tokens=32),
+        ),
         StubReply(tool_calls=[StubToolCall(id="call_1", name="calculator", arguments='{"expression": "1+2"}')]),
     ],
     ids=["text", "tool_call"],

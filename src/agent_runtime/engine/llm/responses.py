@@ -22,8 +22,8 @@ def _field(obj: Any, name: str) -> Any:
 def usage_from_litellm(raw: Any) -> LLMUsage | None:
     """DeepSeek's `prompt_cache_hit/miss_tokens` when present, else OpenAI's `prompt_tokens_details.cached_tokens`.
 
-    LiteLLM drops DeepSeek's own names on streamed usage; there the miss count is derived as prompt - hit
-    (DeepSeek guarantees hit + miss = prompt), so streamed and non-streamed calls report the same usage.
+    Where only the OpenAI name arrives (LiteLLM's stream wrapper drops DeepSeek's own names) the miss count
+    is derived as prompt - hit (DeepSeek guarantees hit + miss = prompt), so usage reads the same either way.
     """
     if raw is None:
         return None
