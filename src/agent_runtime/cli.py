@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from uuid import UUID
 
@@ -39,7 +40,16 @@ def _serve(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     # uvicorn handles SIGINT/SIGTERM by running the lifespan shutdown, which closes the pool and stops
     # the embedded PostgreSQL; it re-raises the signal afterwards, so nothing may rely on atexit hooks.
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
+    # Open event streams would hold that shutdown until their runs end: they get the grace period, then
+    # the lifespan gives the runs (which outlive their streams) the same again before cancelling them.
+    uvicorn.run(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),  # uvicorn takes whole seconds
+    )
     return 0
 
 

@@ -60,6 +60,8 @@ class Settings(BaseSettings):
 
     crewai_config_dir: Path = PROJECT_ROOT / "config" / "crewai"
     run_timeout_seconds: float = Field(default=300.0, gt=0)
+    # Shutdown can take twice this plus 5 s (streams, then runs): keep the orchestrator's stop grace above it.
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     stage_max_json_retries: int = Field(default=2, ge=0, le=5)
 
     @field_validator("llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", mode="before")

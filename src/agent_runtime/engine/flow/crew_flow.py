@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -75,6 +76,7 @@ from crewai.tools import BaseTool  # noqa: E402
 if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage
 
+logger = logging.getLogger(__name__)
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
 FlowRunner = Literal["thread", "loop"]
 _ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
@@ -146,7 +148,13 @@ class RuntimeToolAdapter(BaseTool):
     async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
         if self._toolset is None:
             raise RuntimeError("RuntimeToolAdapter was built without a tool set; use RuntimeToolAdapter.wrap()")
-        return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
+        try:
+            return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
+        except Exception:
+            # Tools catch their own failures; this is a bug around them. Raised, CrewAI would hand the
+            # exception's text to the model and to the client as the tool's result.
+            logger.exception("tool adapter failed: tool=%s", self.name)
+            return ToolOutcome.failure(f"{self.name} failed with an internal error")
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

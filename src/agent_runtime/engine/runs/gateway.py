@@ -7,6 +7,7 @@ run: concurrent runs share only the process-wide `LLMClient`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from uuid import uuid4
 
 from agent_runtime.engine.flow.model_call import AdapterEvent, ModelCall, ModelReply, ToolResultObserved
@@ -21,13 +22,29 @@ from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolRes
 ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
 
 
-def _is_error_result(content: str) -> bool:
-    # Our tools report failures as {"error": "..."} (ToolOutcome.failure).
+# What CrewAI sends the model instead of a result when a tool call raises, e.g. when the model's
+# arguments fail the tool's schema (CrewAI validates them before our tool sees them).
+_CREWAI_TOOL_ERROR = "Error executing tool: "
+_MAX_TOOL_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolResultView:
+    content: str
+    is_error: bool
+
+
+def _tool_result(content: str) -> _ToolResultView:
+    """A tool result as stored and shown: our tools' failures are {"error": "..."} (ToolOutcome.failure),
+    and CrewAI's error text is put in the same shape so clients and the stored row can tell it failed."""
+    if content.startswith(_CREWAI_TOOL_ERROR):
+        reason = content[len(_CREWAI_TOOL_ERROR) :][:_MAX_TOOL_ERROR_CHARS]
+        return _ToolResultView(content=json.dumps({"error": reason}, ensure_ascii=False), is_error=True)
     try:
         parsed = json.loads(content)
     except ValueError:
-        return False
-    return isinstance(parsed, dict) and set(parsed) == {"error"}
+        return _ToolResultView(content=content, is_error=False)
+    return _ToolResultView(content=content, is_error=isinstance(parsed, dict) and set(parsed) == {"error"})
 
 
 class _AnswerMessage:
@@ -131,12 +148,13 @@ class RunGateway:
         """CrewAI adapter events (on the loop thread): tool results become events and queued rows."""
         if not isinstance(event, ToolResultObserved):
             return  # tool calls are emitted above, right after the row that holds them is stored
+        result = _tool_result(event.content)
         record = ToolResultRecord(
             message_id=str(uuid4()),
             tool_call_id=event.call_id,
             name=event.name,
-            content=event.content,
-            is_error=_is_error_result(event.content),
+            content=result.content,
+            is_error=result.is_error,
         )
         self._events.tool_result(message_id=record.message_id, tool_call_id=record.tool_call_id, content=record.content)
         self._recorder.tool_result(record)

@@ -35,6 +35,7 @@ from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS, ContextItem, RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.settings import Settings
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from agent_runtime.engine.runs.gateway import RunGateway
 
 log = logging.getLogger(__name__)
-SHUTDOWN_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,12 @@ class _RunJob:
     user_message: UserMessage
     context: list[ContextItem]
     events: RunEvents
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    route: str | None
+    totals: UsageTotals
 
 
 @dataclass(frozen=True)
@@ -209,13 +215,18 @@ class RunService:
 
                 model = self._settings.effective_llm_model
                 gateway = RunGateway(self._client(), job.events, recorder, answer_message_id=str(uuid4()), model=model)
-                await self._run_flow(job, gateway, recorder)
+                outcome = await self._run_flow(job, gateway, recorder)
+            # Outside the timeout, and the last await: once the session says `completed`, a timeout or an
+            # error must not follow with RUN_ERROR (failing the run would then be a no-op on the session).
+            await self._sessions.finish_run(job.ctx, job.session_id, job.run_id, "completed")
         except BaseException as exc:
             await self._fail(job, recorder, exc)
             if not isinstance(exc, Exception):
                 raise
+            return
+        self._announce(job, outcome)
 
-    async def _run_flow(self, job: _RunJob, gateway: RunGateway, recorder: RunRecorder) -> None:
+    async def _run_flow(self, job: _RunJob, gateway: RunGateway, recorder: RunRecorder) -> _Outcome:
         from agent_runtime.engine.flow.crew_flow import FlowDeps, build_state, run_agent_flow
 
         agent_ctx = await self._profiles.agent_context(job.ctx)
@@ -254,8 +265,11 @@ class RunService:
             message_id=gateway.answer_message_id,
             demo=self._settings.is_demo_model,
         )
-        await self._sessions.finish_run(job.ctx, job.session_id, job.run_id, "completed")
         totals = await run_totals(self._pool, job.ctx, job.session_id, str(job.run_id))
+        return _Outcome(route=final.route, totals=totals)
+
+    def _announce(self, job: _RunJob, outcome: _Outcome) -> None:
+        totals = outcome.totals
         model = self._settings.effective_llm_model
         job.events.custom(
             "run_cost",
@@ -278,7 +292,7 @@ class RunService:
             cached_input_tokens=totals.cached_tokens,
         )
         job.events.run_finished(usage=[usage])
-        log.info("run completed", extra={"run_id": str(job.run_id), "route": final.route, "cost": str(totals.cost)})
+        log.info("run completed", extra={"run_id": str(job.run_id), "route": outcome.route, "cost": str(totals.cost)})
 
     async def _fail(self, job: _RunJob, recorder: RunRecorder, exc: BaseException) -> None:
         error_id = uuid4().hex
@@ -310,7 +324,7 @@ class RunService:
     async def aclose(self) -> None:
         if not self._tasks:
             return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=SHUTDOWN_GRACE_SECONDS)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=self._settings.shutdown_grace_seconds)
         for task in pending:
             task.cancel()
         if pending:

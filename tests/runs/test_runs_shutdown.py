@@ -1,0 +1,46 @@
+"""Shutdown with a run in flight: after SHUTDOWN_GRACE_SECONDS the run is cancelled, recorded as failed with the
+error_id its RUN_ERROR names, and the user's message is kept."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+from tests.conftest import User
+from tests.runs.conftest import Harness, MakeHarness, intent_direct, types, warm_up
+
+
+async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_failed(
+    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    await warm_up(h, make_user())  # CrewAI and LiteLLM loaded: the run below waits only for the model
+    async with make_harness(shutdown_grace_seconds=0.3) as timed:
+        user = make_user()
+        sid = await timed.new_session(user)
+        timed.stub.enqueue(intent_direct("far too late", delay_seconds=4.0))
+        running = asyncio.create_task(timed.run(user, sid, "hello"))
+        for _ in range(250):
+            if timed.stub.requests:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError("the run never called the model")
+
+        started = time.monotonic()
+        await timed.engine.runs.aclose()
+        assert time.monotonic() - started < 2.0  # the grace period, then the cancel: not the model's 4 s
+        result = await running
+
+        assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
+        error = result.events[-1]
+        message = "the run was cancelled (server shutting down)"
+        match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
+        assert match is not None, error
+        assert error == {"type": "RUN_ERROR", "code": "run_cancelled", "message": error["message"]}
+        session = await timed.session(user, sid)
+        assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": match.group(1)}
+        assert (session["status"], session["error_id"]) == ("failed", match.group(1))
+        rows = await timed.rows(user, sid)
+        assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
