@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import sys
+from pathlib import Path
 from uuid import uuid4
 
 import httpx
 from tests.conftest import TEST_JWT_SECRET
+
+from agent_runtime.settings import PROJECT_ROOT
 
 
 def _free_port() -> int:
@@ -67,3 +71,27 @@ async def test_serve_process_end_to_end(database_url: str) -> None:
     assert proc.returncode in (0, -signal.SIGTERM), output[-2000:]
     assert "OFFLINE DEMO MODEL" in output
     assert '"msg": "request"' in output and '"path": "/v1/sessions"' in output
+
+
+async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "crewai"
+    shutil.copytree(PROJECT_ROOT / "config" / "crewai", config)
+    tasks = config / "tasks.yaml"
+    tasks.write_text(tasks.read_text().replace("{user_input}", "{user_inptu}", 1))
+    env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "CREWAI_CONFIG_DIR": str(config)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent_runtime.cli",
+        "serve",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 1
+    assert stdout == b""  # stopped before the banner: nothing claims the service is up
+    expected = f"invalid configuration: {tasks}: intent.description: unknown placeholder {{user_inptu}}\n"
+    assert stderr.decode() == expected

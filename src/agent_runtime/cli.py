@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from typing import TYPE_CHECKING
 from uuid import UUID
+
+if TYPE_CHECKING:
+    from agent_runtime.settings import Settings
 
 
 def _settings_or_exit() -> object:
@@ -20,6 +24,18 @@ def _settings_or_exit() -> object:
         sys.exit("invalid configuration:\n" + "\n".join(lines))
 
 
+def _config_or_exit(settings: Settings) -> None:
+    """The YAML files, checked before anything starts: one line naming the file and key, not a traceback."""
+    from agent_runtime.engine.billing.pricing import PricingConfigError
+    from agent_runtime.engine.flow.templates import TemplateConfigError
+    from agent_runtime.engine.runtime import load_config
+
+    try:
+        load_config(settings)
+    except (TemplateConfigError, PricingConfigError) as exc:
+        sys.exit(f"invalid configuration: {exc}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -29,6 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings_or_exit()
     assert isinstance(settings, Settings)
+    _config_or_exit(settings)
     configure_logging(settings.log_level)
     host = args.host or settings.host
     port = args.port or settings.port
