@@ -33,9 +33,10 @@ class AssistantTextExtractor:
         if text is None or len(text) <= len(self.emitted):
             return ""
         if not text.startswith(self.emitted):
-            # A retry wrote a different answer than the one already streamed; there is no way to
-            # retract streamed text in AG-UI, so we keep streaming only what extends it.
-            log.warning("retry produced a different assistant_text prefix; not re-streaming")
+            # Defensive: a partial parse that rendered the end of the text differently than the fuller
+            # one (the gateway uses one extractor per attempt, so retries never get here). Streamed text
+            # cannot be retracted in AG-UI; the gateway's final `show` starts a new message if needed.
+            log.warning("partial parse changed streamed assistant_text; not re-streaming")
             return ""
         new = text[len(self.emitted) :]
         self.emitted = text
