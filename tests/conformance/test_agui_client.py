@@ -2,9 +2,10 @@
 
 The real `agent-runtime serve` process runs against the test database; `agui_client.mjs` drives it with
 the client's `HttpAgent` (its verifier rejects protocol violations) and reports what the client saw and
-rebuilt. Three runs: a direct answer, a tool run (calculator) and a failing run (the model endpoint
-refuses connections -> RUN_ERROR). For the first two, the messages the client rebuilt must equal the
-messages we stored for the thread.
+rebuilt. Three runs, all at once: a direct answer and a tool run (calculator) on one server, and a
+failing run (the model endpoint refuses connections -> RUN_ERROR) on another. For each, the messages the
+client rebuilt must equal the messages we stored for the thread; the failing run's session must read
+`failed` over the HTTP API, with the error_id its RUN_ERROR event names.
 
 Checked for every run: the client raised no error (its verifier throws on a protocol violation) and
 printed no warning (it warns when it strips fields or drops events it does not know); every event on
@@ -17,10 +18,8 @@ tests/conformance/node_modules (git-ignored), once: later runs reuse it while th
 is a failure, not a skip: CI has both. Server logs and the client's full report of each run are kept in
 the pytest temp directory `agui-conformance*` (the path is in every failure message).
 
-Known server issue this test steps around: a run started before the server's background CrewAI warm-up
-has finished imports `crew_flow` (hence CrewAI) on the event loop (`RunService._run_flow`), which blocks
-the loop until the import completes; on a busy machine a request in flight meanwhile can exceed asyncpg's
-60 s command timeout and fail with HTTP 500. So the two runs on the demo server go one after the other.
+The runs start as soon as the servers are ready, so the two on the demo server also wait together for its
+CrewAI warm-up (`RunService.ensure_warm`, imports in a worker thread): concurrent first runs are covered.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -61,6 +61,8 @@ CLIENT_TIMEOUT = 120
 _PROVIDER_ENV = ("LLM_MODEL", "LLM_API_BASE", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MAX_RETRIES")
 
 TERMINAL = {"RUN_FINISHED", "RUN_ERROR"}
+# RUN_ERROR's message ends with the error_id the session stores (RunService._fail).
+ERROR_ID = re.compile(r"\(error_id ([0-9a-f]{32})\)$")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -391,6 +393,14 @@ def _stored_view(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+async def stored_session(server: Server, case: Case) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
+        response = await client.get(f"/v1/sessions/{case.thread_id}")
+    assert response.status_code == 200, response.text
+    session: dict[str, Any] = response.json()
+    return session
+
+
 async def stored_messages(server: Server, case: Case) -> list[dict[str, Any]]:
     async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
         response = await client.get(f"/v1/sessions/{case.thread_id}/messages", params={"limit": 100})
@@ -424,26 +434,17 @@ class Run:
         return await self.task
 
 
-async def _after(previous: asyncio.Task[Any] | None, server: Server, case: Case, text: str) -> dict[str, Any]:
-    if previous is not None:
-        await asyncio.wait([previous])  # its outcome is its own test's business
-    return await run_client(server, case, text)
-
-
 @pytest.fixture(scope="module")
 async def runs(servers: Servers, settings: Settings) -> AsyncIterator[dict[str, Run]]:
-    # The two servers work in parallel; on one server the runs go one after the other (see "Known server
-    # issue" in the module docstring).
     plan = {
-        "direct": (servers.demo, "hello", None),  # demo model: answers directly, no tools
-        "tool": (servers.demo, "what is 12*7?", "direct"),  # demo model: calls the calculator
-        "failing": (servers.failing, "hello", None),  # model endpoint refuses connections
+        "direct": (servers.demo, "hello"),  # demo model: answers directly, no tools
+        "tool": (servers.demo, "what is 12*7?"),  # demo model: calls the calculator
+        "failing": (servers.failing, "hello"),  # model endpoint refuses connections
     }
     started: dict[str, Run] = {}
-    for name, (server, text, after) in plan.items():
+    for name, (server, text) in plan.items():
         case = _new_case(settings)
-        previous = started[after].task if after else None
-        task = asyncio.create_task(_after(previous, server, case, text), name=f"agui-{name}")
+        task = asyncio.create_task(run_client(server, case, text), name=f"agui-{name}")
         started[name] = Run(server, case, task)
     yield started
     for run in started.values():
@@ -483,9 +484,22 @@ async def test_failing_run_conforms(runs: dict[str, Run]) -> None:
     summary = await run.summary()
     events = assert_accepted(summary, terminal="RUN_ERROR")
     error = events[-1]
-    assert error["message"], error
-    assert summary["runErrors"][0]["message"] == error["message"]
-    # The client keeps the user's message and has no half-built assistant message.
+    why = _explain(summary)
+    assert error["message"] and error["code"], error
+    assert summary["runErrors"][0] == error, why
+    # A refused connection is a model-provider failure, not an unexpected one.
+    assert error["code"] != "internal_error", f"RUN_ERROR {error}{why}"
+    match = ERROR_ID.search(error["message"])
+    assert match, f"RUN_ERROR names no error_id: {error}{why}"
+    # The client keeps the user's message and has no half-built assistant message; we stored just that too.
     assert [(m["id"], m["role"]) for m in summary["messages"]] == [(run.case.user_message_id, "user")], summary[
         "messages"
     ]
+    messages = await assert_messages_match(run.server, run.case, summary)
+    assert messages[0]["content"] == "hello", messages
+    # The session is recorded as failed (before RUN_ERROR is sent) under the error_id the event names.
+    session = await stored_session(run.server, run.case)
+    assert session["status"] == "failed" and session["error_id"] == match.group(1), f"session {session}{why}"
+    snapshot = session["state_snapshot"]
+    assert snapshot["status"] == "failed" and snapshot["error_id"] == match.group(1), f"session {session}{why}"
+    assert snapshot["run_id"] == events[0]["runId"], f"session {session}{why}"
