@@ -5,24 +5,33 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
 from uuid import uuid4
 
 from tests.conftest import User
 from tests.runs.conftest import (
+    MODEL,
     Harness,
     RunResult,
+    cny_cost,
     execution_done,
     intent_direct,
     intent_needs,
+    money,
     organized,
     stage_of,
     stage_request_text,
     text_messages,
     types,
+    usage,
 )
-from tests.stubs.deepseek_stub import RecordedRequest, StubReply, StubToolCall
+from tests.stubs.deepseek_stub import RecordedRequest, StubReply, StubToolCall, StubUsage
 
 EXPRESSIONS = {"A": ("17 + 25", "42"), "B": ("6 * 9", "54")}
+# Each run's calls carry their own usage (prompt, completion, cache hit) plus the call's index i (0 intent,
+# 1 tool call, 2 execution result, 3 organization): a row billed to the wrong session shows at once.
+BASE_USAGE = {"A": (1000, 10, 400), "B": (5000, 50, 3000)}
 TOOL_RUN_TYPES = [
     "RUN_STARTED",
     "STEP_STARTED",
@@ -38,23 +47,68 @@ TOOL_RUN_TYPES = [
 ]
 
 
+def call_usage(tag: str, index: int) -> StubUsage:
+    prompt, completion, hit = BASE_USAGE[tag]
+    return usage(prompt + index, completion + index, hit + index)
+
+
 def tagged_tool_responder(request: RecordedRequest) -> StubReply:
     """Answers by stage for the run whose user message starts with "A:" or "B:", slowly enough to interleave."""
     tag = stage_request_text(request).split(":", 1)[0]
     expression, value = EXPRESSIONS[tag]
     stage = stage_of(request)
     if stage == "intent":
-        return intent_needs(f"Compute {expression}.", chunk_chars=8, chunk_delay_seconds=0.01)
+        return intent_needs(f"Compute {expression}.", chunk_chars=8, chunk_delay_seconds=0.01, usage=call_usage(tag, 0))
     if stage == "execution":
         last = request.messages[-1]
         if last["role"] == "tool":
             assert last["tool_call_id"] == f"call_{tag}"
             assert json.loads(last["content"]) == {"expression": expression, "result": value}
-            return execution_done(f"{expression} = {value}", {"result": value}, delay_seconds=0.02)
+            return execution_done(
+                f"{expression} = {value}", {"result": value}, delay_seconds=0.02, usage=call_usage(tag, 2)
+            )
         arguments = json.dumps({"expression": expression})
         call = StubToolCall(id=f"call_{tag}", name="calculator", arguments=arguments)
-        return StubReply(tool_calls=[call], delay_seconds=0.02)
-    return organized(f"Run {tag}: {expression} is {value}.", chunk_chars=3, chunk_delay_seconds=0.01)
+        return StubReply(tool_calls=[call], delay_seconds=0.02, usage=call_usage(tag, 1))
+    return organized(
+        f"Run {tag}: {expression} is {value}.", chunk_chars=3, chunk_delay_seconds=0.01, usage=call_usage(tag, 3)
+    )
+
+
+def expected_billing(tag: str) -> list[tuple[Any, ...]]:
+    """Every stored row of run `tag` as (seq, role, kind, stage, input, output, cached, cost, cost_source,
+    currency): the four model calls billed from that run's own usage, the rest unbilled."""
+
+    def billed(index: int) -> tuple[int, int, int, str, str]:
+        u = call_usage(tag, index)
+        cost = cny_cost(u.prompt_tokens, u.completion_tokens, u.cache_hit_tokens)
+        return u.prompt_tokens, u.completion_tokens, u.cache_hit_tokens, money(cost), "custom_pricing"
+
+    unbilled = (0, 0, None, money(Decimal(0)), None)
+    return [
+        (1, "user", "user_input", None, *unbilled, "CNY"),
+        (2, "assistant", "tool_call", "execution", *billed(1), "CNY"),
+        (3, "tool", "tool_result", None, *unbilled, "CNY"),
+        (4, "assistant", "assistant_output", "organization", *billed(3), "CNY"),
+        (-1, "assistant", "audit", "intent", *billed(0), "CNY"),
+        (-2, "assistant", "audit", "execution", *billed(2), "CNY"),
+        (-3, "assistant", "audit", "organization", *unbilled, "CNY"),
+    ]
+
+
+def expected_run_cost(tag: str) -> dict[str, Any]:
+    """The run's CUSTOM run_cost value, summed by hand from that run's four calls."""
+    calls = [call_usage(tag, i) for i in range(4)]
+    cost = sum((cny_cost(u.prompt_tokens, u.completion_tokens, u.cache_hit_tokens) for u in calls), Decimal(0))
+    return {
+        "currency": "CNY",
+        "cost": money(cost),
+        "inputTokens": sum(u.prompt_tokens for u in calls),
+        "outputTokens": sum(u.completion_tokens for u in calls),
+        "cachedInputTokens": sum(u.cache_hit_tokens for u in calls),
+        "modelCalls": 4,
+        "demo": False,
+    }
 
 
 async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_user: Callable[[], User]) -> None:
@@ -82,7 +136,8 @@ async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_u
         events = result.events
         assert types(events)[: len(TOOL_RUN_TYPES)] == TOOL_RUN_TYPES
         assert types(events)[-4:] == ["TEXT_MESSAGE_END", "STEP_FINISHED", "CUSTOM", "RUN_FINISHED"]
-        rows = {r.seq: r for r in await h.rows(user, sid)}
+        stored = await h.rows(user, sid)
+        rows = {r.seq: r for r in stored}
         call_row, tool_row, reply_row = rows[2], rows[3], rows[4]
         expression, value = EXPRESSIONS[tag]
         assert reply_row.content == f"Run {tag}: {expression} is {value}."
@@ -98,9 +153,35 @@ async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_u
             "expression": expression,
             "result": value,
         }
-        usage = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
-        assert result.events[-2]["value"]["cost"] == usage["cost"]
-        assert result.events[-2]["value"]["modelCalls"] == usage["model_calls"] == 4
+        # Cost attribution: each session's rows carry exactly its own run's tokens, cache split and cost.
+        billing = [
+            (
+                r.seq,
+                r.role,
+                r.metadata.kind,
+                getattr(r.metadata, "stage", None),
+                r.input_tokens,
+                r.output_tokens,
+                getattr(r.metadata, "cached_tokens", None),
+                money(r.cost),
+                getattr(r.metadata, "cost_source", None),
+                r.currency,
+            )
+            for r in stored
+        ]
+        assert billing == expected_billing(tag)
+        assert {getattr(r.metadata, "model", None) for r in stored if r.input_tokens} == {MODEL}
+        run_cost = expected_run_cost(tag)
+        assert result.events[-2] == {"type": "CUSTOM", "name": "run_cost", "value": run_cost}
+        session_usage = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()
+        assert session_usage["total"] == {
+            "input_tokens": run_cost["inputTokens"],
+            "output_tokens": run_cost["outputTokens"],
+            "cached_tokens": run_cost["cachedInputTokens"],
+            "cost": run_cost["cost"],
+            "currency": "CNY",
+            "model_calls": 4,
+        }
         ids[tag] = {sid, run_id, call_row.message_id, tool_row.message_id, reply_row.message_id, f"call_{tag}"}
         assert (await h.session(user, sid))["status"] == "completed"
     # Nothing of one run (session, run, message or tool-call ids) appears anywhere in the other's stream.
@@ -114,13 +195,47 @@ async def test_second_run_on_a_busy_session_is_409_before_any_stream(h: Harness,
     sid = await h.new_session(user)
     # Slow first byte: the first run is still waiting for the model while the others arrive.
     h.stub.enqueue(intent_direct("First!", delay_seconds=1.5))
-    first = asyncio.create_task(h.run(user, sid, "first"))
-    for _ in range(100):
-        if (await h.session(user, sid))["status"] == "running":
+    first = asyncio.create_task(h.run(user, sid, "first", message_id="first-msg"))
+    # Up to 30 s: run alone, this test's first run also loads CrewAI and LiteLLM before calling the model.
+    for _ in range(1500):
+        if h.stub.requests:
             break
         await asyncio.sleep(0.02)
     else:
-        raise AssertionError("the first run never started")
+        raise AssertionError("the first run never called the model")
+    session = await h.session(user, sid)
+    run_id = session["state_snapshot"]["run_id"]
+    assert (session["status"], session["state_snapshot"]) == (
+        "running",
+        {"status": "running", "run_id": run_id, "error_id": None},
+    )
+
+    # The model call is in flight and unanswered: the user's message is already stored, and nothing else is.
+    page = (await h.client.get(f"/v1/sessions/{sid}/messages", headers=user.headers)).json()
+    stored = page["items"][0]
+    assert page == {
+        "items": [
+            {
+                "id": stored["id"],
+                "session_id": sid,
+                "message_id": "first-msg",
+                "seq": 1,
+                "role": "user",
+                "content": "first",
+                "metadata": {"kind": "user_input", "client_message_id": None, "run_id": run_id},
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cost": "0.0000000000",
+                "currency": "CNY",
+                "created_at": stored["created_at"],
+            }
+        ],
+        "total": 1,
+        "limit": 20,
+        "offset": 0,
+    }
+    assert [(r.seq, r.role, r.content) for r in await h.rows(user, sid)] == [(1, "user", "first")]
+    assert not first.done() and len(h.stub.requests) == 1
 
     second = await h.client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": "second"})
     agui = await h.client.post(
@@ -144,6 +259,7 @@ async def test_second_run_on_a_busy_session_is_409_before_any_stream(h: Harness,
         }
     assert not first.done()
     result = await first
+    assert result.run_id == run_id
     assert types(result.events)[-1] == "RUN_FINISHED"
     assert text_messages(result.events) == {result.of_type("TEXT_MESSAGE_START")[0]["messageId"]: "First!"}
     assert len(h.stub.requests) == 1

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
@@ -21,8 +23,38 @@ from tests.runs.conftest import (
 )
 from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
 
+from agent_runtime.logging_setup import JsonFormatter
 
-async def _assert_failed(h: Harness, user: User, sid: str, result: RunResult, code: str, message: str) -> None:
+
+def _assert_failure_logged(
+    caplog: pytest.LogCaptureFixture, sid: str, run_id: str, error_id: str, code: str, message: str
+) -> None:
+    """Ops find a failure in the logs by the error_id the client was shown: one ERROR record for the run,
+    whose JSON log line (the production formatter) carries the same ids."""
+    records = [r for r in caplog.records if r.getMessage() == "run failed" and getattr(r, "run_id", None) == run_id]
+    assert [(r.name, r.levelname, getattr(r, "error_id", None)) for r in records] == [
+        ("agent_runtime.engine.runs.service", "ERROR", error_id)
+    ]
+    line = json.loads(JsonFormatter().format(records[0]))
+    assert {k: line.get(k) for k in ("msg", "error_id", "run_id", "session_id", "code", "reason")} == {
+        "msg": "run failed",
+        "error_id": error_id,
+        "run_id": run_id,
+        "session_id": sid,
+        "code": code,
+        "reason": message,
+    }
+
+
+async def _assert_failed(
+    h: Harness,
+    user: User,
+    sid: str,
+    result: RunResult,
+    code: str,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     assert result.status == 200
     assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
     assert result.events[:3] == [
@@ -40,6 +72,7 @@ async def _assert_failed(h: Harness, user: User, sid: str, result: RunResult, co
     # The user's message is kept; no model answered, so there is nothing else to store or bill.
     rows = await h.rows(user, sid)
     assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
+    _assert_failure_logged(caplog, sid, result.run_id, match.group(1), code, message)
 
 
 SERVER_ERROR = "The language model provider had an internal error."
@@ -47,7 +80,7 @@ SERVER_ERROR = "The language model provider had an internal error."
 
 @pytest.mark.parametrize("status", [500, 503])
 async def test_server_errors_beyond_the_retries_fail_the_run(
-    h: Harness, make_user: Callable[[], User], status: int
+    h: Harness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture, status: int
 ) -> None:
     user = make_user()
     sid = await h.new_session(user)
@@ -57,11 +90,11 @@ async def test_server_errors_beyond_the_retries_fail_the_run(
     result = await h.run(user, sid, "hello")
 
     assert len(h.stub.requests) == 3
-    await _assert_failed(h, user, sid, result, "llm_server_error", SERVER_ERROR)
+    await _assert_failed(h, user, sid, result, "llm_server_error", SERVER_ERROR, caplog)
 
 
 async def test_bad_request_fails_the_run_without_retrying(
-    make_harness: MakeHarness, make_user: Callable[[], User]
+    make_harness: MakeHarness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture
 ) -> None:
     # The stub answers an unknown model with DeepSeek's 400 "Model Not Exist" (invalid_request_error).
     # (A queued StubFault(status=400) is labelled "rate_limit" by the stub and LiteLLM makes it a 429.)
@@ -74,7 +107,7 @@ async def test_bad_request_fails_the_run_without_retrying(
         assert len(h.stub.requests) == 1
         assert h.stub.requests[0].body["model"] == "deepseek-v9"
         await _assert_failed(
-            h, user, sid, result, "llm_bad_request", "The language model provider rejected the request."
+            h, user, sid, result, "llm_bad_request", "The language model provider rejected the request.", caplog
         )
 
 
@@ -93,7 +126,7 @@ async def test_a_retried_server_error_is_invisible(h: Harness, make_user: Callab
 
 
 async def test_run_timeout_fails_the_run_and_frees_the_session(
-    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
+    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture
 ) -> None:
     # A first run on the default app loads CrewAI and LiteLLM: the timed run below measures only itself.
     await warm_up(h, make_user())
@@ -108,7 +141,9 @@ async def test_run_timeout_fails_the_run_and_frees_the_session(
         elapsed = time.monotonic() - started
 
         assert 1.0 <= elapsed < 3.0  # not waiting for the model's answer
-        await _assert_failed(timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS")
+        await _assert_failed(
+            timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS", caplog
+        )
         # Never left (or put back to) running, and the session takes the next run.
         await asyncio.sleep(0.5)
         assert (await timed.session(user, sid))["status"] == "failed"
@@ -120,7 +155,7 @@ async def test_run_timeout_fails_the_run_and_frees_the_session(
 
 
 async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
-    h: Harness, make_user: Callable[[], User]
+    h: Harness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture
 ) -> None:
     user = make_user()
     sid = await h.new_session(user)
@@ -147,7 +182,11 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
         "RUN_ERROR",
     ]
     assert result.events[-2] == {"type": "STEP_FINISHED", "stepName": "execution"}
-    assert result.events[-1]["code"] == "llm_server_error"
+    error = result.events[-1]
+    match = re.fullmatch(re.escape(SERVER_ERROR) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
+    assert match is not None, error
+    assert error == {"type": "RUN_ERROR", "code": "llm_server_error", "message": error["message"]}
+    _assert_failure_logged(caplog, sid, result.run_id, match.group(1), "llm_server_error", SERVER_ERROR)
     rows = await h.rows(user, sid)
     reason = f"llm_server_error: {SERVER_ERROR}"
     assert [(r.seq, r.role, r.metadata.kind, r.input_tokens, r.output_tokens, str(r.cost)) for r in rows] == [
@@ -160,10 +199,13 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     assert rows[3].metadata.model_dump()["error"] == reason
     total = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
     assert (total["cost"], total["model_calls"]) == ("0.0025000000", 2)
-    assert (await h.session(user, sid))["status"] == "failed"
+    session = await h.session(user, sid)
+    assert (session["status"], session["error_id"]) == ("failed", match.group(1))
 
 
-async def test_a_stream_cut_off_mid_answer_fails_the_run(h: Harness, make_user: Callable[[], User]) -> None:
+async def test_a_stream_cut_off_mid_answer_fails_the_run(
+    h: Harness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture
+) -> None:
     user = make_user()
     sid = await h.new_session(user)
     h.stub.enqueue(StubFault(kind="disconnect", after_chunks=3), intent_direct("never used"))
@@ -172,4 +214,26 @@ async def test_a_stream_cut_off_mid_answer_fails_the_run(h: Harness, make_user: 
 
     # Text had reached the caller, so the call is not retried.
     assert len(h.stub.requests) == 1
-    await _assert_failed(h, user, sid, result, "llm_stream_interrupted", "The language model stream was interrupted.")
+    await _assert_failed(
+        h, user, sid, result, "llm_stream_interrupted", "The language model stream was interrupted.", caplog
+    )
+
+
+async def test_a_nul_character_in_the_message_is_refused_before_the_run(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    # Valid JSON ("\u0000") that PostgreSQL text cannot store: it must be a 422 naming the field, like any
+    # other unstorable input, not a 500 from the insert after the session was already marked running.
+    user = make_user()
+    sid = await h.new_session(user)
+    transport = httpx.ASGITransport(app=h.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        response = await client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": "hi\x00"})
+
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["code"], [d["loc"] for d in error["details"]]) == ("validation_error", [["body", "message"]])
+    session = await h.session(user, sid)
+    assert (session["status"], session["error_id"]) == ("pending", None)
+    assert await h.rows(user, sid) == []
+    assert h.stub.requests == []

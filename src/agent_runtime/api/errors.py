@@ -1,9 +1,7 @@
-"""One JSON error shape for every 4xx/5xx, rendered by one set of handlers."""
+"""One JSON error shape for every 4xx/5xx: the handlers here, and the 500 in `RequestContextMiddleware`."""
 
 from __future__ import annotations
 
-import logging
-import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,8 +12,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent_runtime.engine.errors import AppError, ErrorDetail
 from agent_runtime.logging_setup import request_id_var
-
-log = logging.getLogger(__name__)
 
 _HTTP_CODES = {
     400: "bad_request",
@@ -91,14 +87,8 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return response
 
 
-async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
-    error_id = uuid.uuid4().hex
-    log.exception("unhandled error", extra={"error_id": error_id})
-    return error_json(500, "internal_error", "internal server error", error_id=error_id)
-
-
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AppError, _app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+    # Unexpected exceptions become the same JSON 500 in RequestContextMiddleware (which knows the request id).

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agent_runtime.logging_setup import request_id_var
 
 log = logging.getLogger("agent_runtime.access")
+error_log = logging.getLogger("agent_runtime.api.errors")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
@@ -27,9 +28,11 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _send_json_error(send: Send, status: int, code: str, message: str, request_id: str) -> None:
+async def _send_json_error(
+    send: Send, status: int, code: str, message: str, request_id: str, error_id: str | None = None
+) -> None:
     body = json.dumps(
-        {"error": {"code": code, "message": message, "details": [], "request_id": request_id, "error_id": None}}
+        {"error": {"code": code, "message": message, "details": [], "request_id": request_id, "error_id": error_id}}
     ).encode()
     await send(
         {
@@ -76,7 +79,17 @@ class RequestContextMiddleware:
                     send, 413, "payload_too_large", f"request body exceeds {self.max_body_bytes} bytes", request_id
                 )
                 return
-            await self.app(scope, replay, send_with_id)
+            try:
+                await self.app(scope, replay, send_with_id)
+            except Exception:
+                if status_holder[0]:
+                    raise  # the response has begun: nothing to replace it with
+                # Here and not in an app exception handler: Starlette runs those outside this middleware,
+                # where the request id is gone from the logs and the response.
+                error_id = uuid.uuid4().hex
+                error_log.exception("unhandled error", extra={"error_id": error_id})
+                status_holder[0] = 500
+                await _send_json_error(send, 500, "internal_error", "internal server error", request_id, error_id)
         finally:
             log.info(
                 "request",

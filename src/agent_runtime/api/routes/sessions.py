@@ -10,6 +10,7 @@ from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.messages.models import StoredMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.sessions.models import Session, SessionCreate, SessionUpdate
+from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
@@ -25,7 +26,7 @@ async def list_sessions(
     engine: Engine,
     ctx: Caller,
     page: Paging,
-    q: Annotated[str | None, Query(max_length=200, description="Case-insensitive title search.")] = None,
+    q: Annotated[ClientText | None, Query(max_length=200, description="Case-insensitive title search.")] = None,
 ) -> Page[Session]:
     """The caller's sessions, newest first."""
     return await engine.sessions.list(ctx, limit=page.limit, offset=page.offset, q=q)

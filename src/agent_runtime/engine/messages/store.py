@@ -20,6 +20,7 @@ from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.sessions.models import build_session_title
 from agent_runtime.engine.sessions.service import session_not_found
+from agent_runtime.engine.text import storable
 
 COLUMNS = (
     "id, session_id, message_id, seq, role, content, metadata, input_tokens, output_tokens, cost, currency, created_at"
@@ -92,7 +93,7 @@ async def insert_messages(
             title,
             [m.message_id for m in messages],
             [m.role for m in messages],
-            [m.content for m in messages],
+            [storable(m.content) for m in messages],
             [m.metadata.model_dump(mode="json", exclude_none=True) for m in messages],
             [m.input_tokens for m in messages],
             [m.output_tokens for m in messages],

@@ -16,6 +16,7 @@ from agent_runtime.engine.profiles.models import (
     parse_profile_settings,
     upgrade_to_latest,
 )
+from agent_runtime.engine.text import ClientText
 
 _COLUMNS = "user_id, username, bio, settings, created_at, updated_at"
 
@@ -25,8 +26,8 @@ class ProfileUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    username: str = Field(default="", max_length=64)
-    bio: str | None = Field(default=None, max_length=4000)
+    username: ClientText = Field(default="", max_length=64)
+    bio: ClientText | None = Field(default=None, max_length=4000)
     settings: ProfileSettings = Field(
         default_factory=ProfileSettingsV2,
         description="Any known settings version; stored upgraded to the latest (v2).",

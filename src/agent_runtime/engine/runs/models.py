@@ -7,6 +7,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime.engine.memory.messages import ChatMessage
+from agent_runtime.engine.text import ClientText
 
 MAX_MESSAGE_CHARS = 20_000
 
@@ -16,8 +17,8 @@ class ContextItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    description: str = Field(max_length=200)
-    value: str = Field(max_length=2_000)
+    description: ClientText = Field(max_length=200)
+    value: ClientText = Field(max_length=2_000)
 
 
 class RunRequest(BaseModel):
@@ -25,8 +26,8 @@ class RunRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="The user's message.")
-    message_id: str | None = Field(
+    message: ClientText = Field(min_length=1, max_length=MAX_MESSAGE_CHARS, description="The user's message.")
+    message_id: ClientText | None = Field(
         default=None, min_length=1, max_length=200, description="Client id for the message; generated if absent."
     )
     context: list[ContextItem] = Field(default_factory=list, max_length=10)

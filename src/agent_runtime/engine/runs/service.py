@@ -35,6 +35,7 @@ from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS, ContextItem, RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.engine.text import NUL
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.settings import Settings
@@ -153,8 +154,15 @@ class RunService:
         try:
             # Stored before any model call: whatever happens next, the user's message is kept.
             await self._messages.append(ctx, session_id, [to_new_message(m) for m in stamped])
-        except BaseException:
-            await self._sessions.finish_run(ctx, session_id, run_id, "failed", error_id=f"store-{run_id.hex}")
+        except BaseException as exc:
+            # The session names this error_id like any failed run: the log line must carry it too.
+            error_id = uuid4().hex
+            log.error(
+                "could not store the run's messages",
+                exc_info=None if isinstance(exc, AppError) else exc,
+                extra={"run_id": str(run_id), "session_id": str(session_id), "error_id": error_id},
+            )
+            await self._sessions.finish_run(ctx, session_id, run_id, "failed", error_id=error_id)
             raise
         events = RunEvents(thread_id=str(session_id), run_id=str(run_id))
         events.run_started()
@@ -182,11 +190,18 @@ class RunService:
             if message.id in stored:
                 continue
             new.append(from_agui(message))
+            if NUL in new[-1].content:
+                detail = ErrorDetail(loc=["body", "messages", index, "content"], msg="must not contain NUL characters")
+                raise ValidationFailedError("invalid message", details=[detail])
             if isinstance(new[-1], UserMessage) and not 1 <= len(new[-1].content) <= MAX_MESSAGE_CHARS:
                 # The limits of POST /v1/sessions/{id}/runs (RunRequest.message) hold here too.
                 msg = f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters"
                 detail = ErrorDetail(loc=["body", "messages", index, "content"], msg=msg)
                 raise ValidationFailedError("invalid user message", details=[detail])
+        for index, item in enumerate(agui_input.context or []):
+            if NUL in item.description or NUL in item.value:
+                detail = ErrorDetail(loc=["body", "context", index], msg="must not contain NUL characters")
+                raise ValidationFailedError("invalid context", details=[detail])
         if not new or not isinstance(new[-1], UserMessage):
             detail = ErrorDetail(loc=["body", "messages"], msg="must end with a user message not stored yet")
             raise ValidationFailedError("no new user message to run on", details=[detail])

@@ -8,6 +8,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent_runtime.engine.text import ClientText
+
 SessionStatus = Literal["pending", "running", "completed", "failed"]
 TITLE_MAX_LEN = 64
 DEFAULT_TITLE = "新会话"
@@ -55,8 +57,10 @@ class _TitleInput(BaseModel):
 
 
 class SessionCreate(_TitleInput):
-    title: str | None = Field(default=None, max_length=200, description="Optional; else set from the first message.")
+    title: ClientText | None = Field(
+        default=None, max_length=200, description="Optional; else set from the first message."
+    )
 
 
 class SessionUpdate(_TitleInput):
-    title: str = Field(max_length=200)
+    title: ClientText = Field(max_length=200)

@@ -1,5 +1,5 @@
-"""Shutdown with a run in flight: after SHUTDOWN_GRACE_SECONDS the run is cancelled, recorded as failed with the
-error_id its RUN_ERROR names, and the user's message is kept."""
+"""Runs that end outside the flow: cancelled by shutdown after SHUTDOWN_GRACE_SECONDS (recorded as failed with the
+error_id its RUN_ERROR names, the user's message kept), or unable to store their input."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ import re
 import time
 from collections.abc import Callable
 
+import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, intent_direct, types, warm_up
+
+from agent_runtime.engine.messages.store import MessageStore
 
 
 async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_failed(
@@ -44,3 +47,23 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         assert (session["status"], session["error_id"]) == ("failed", match.group(1))
         rows = await timed.rows(user, sid)
         assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
+
+
+async def test_a_failure_to_store_the_input_leaves_a_failed_session_whose_error_id_is_logged(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken_append(self: MessageStore, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(MessageStore, "append", broken_append)
+    user = make_user()
+    sid = await h.new_session(user)
+
+    result = await h.run(user, sid, "hello")
+
+    assert result.status == 500
+    session = await h.session(user, sid)
+    assert session["status"] == "failed"
+    logged = [r for r in caplog.records if r.getMessage() == "could not store the run's messages"]
+    assert [getattr(r, "error_id", None) for r in logged] == [session["error_id"]]
+    assert h.stub.requests == []
