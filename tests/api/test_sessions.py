@@ -140,7 +140,7 @@ async def test_messages_visible_only_in_seq_order(client: httpx.AsyncClient, use
         (1, "m1", "user", "  first\nquestion  "),
         (2, "m2", "assistant", "answer"),
     ]
-    assert page["items"][0]["metadata"] == {"kind": "user_input", "client_message_id": None, "run_id": None}
+    assert page["items"][0]["metadata"] == {"kind": "user_input", "run_id": None}
     assert page["items"][1]["currency"] == "CNY" and page["items"][1]["cost"] == "0.0000000000"
     rest = (await client.get(f"/v1/sessions/{sid}/messages?offset=2", headers=user.headers)).json()
     assert [m["seq"] for m in rest["items"]] == [3]

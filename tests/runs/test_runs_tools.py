@@ -154,7 +154,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
         "seq": 1,
         "role": "user",
         "content": QUESTION,
-        "metadata": {"kind": "user_input", "client_message_id": None, "run_id": run_id},
+        "metadata": {"kind": "user_input", "run_id": run_id},
     }
     call = {
         "seq": 2,

@@ -21,7 +21,6 @@ class ToolCallSpec(_Meta):
 
 class UserInputMetadata(_Meta):
     kind: Literal["user_input"] = "user_input"
-    client_message_id: str | None = Field(default=None, description="Message id the client sent (AG-UI).")
     run_id: str | None = None
 
 
