@@ -10,6 +10,7 @@ from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.text import ClientText
 
 MAX_MESSAGE_CHARS = 20_000
+MAX_CONTEXT_ITEMS = 10
 
 
 class ContextItem(BaseModel):
@@ -30,7 +31,7 @@ class RunRequest(BaseModel):
     message_id: ClientText | None = Field(
         default=None, min_length=1, max_length=200, description="Client id for the message; generated if absent."
     )
-    context: list[ContextItem] = Field(default_factory=list, max_length=10)
+    context: list[ContextItem] = Field(default_factory=list, max_length=MAX_CONTEXT_ITEMS)
 
 
 class RunInput(BaseModel):

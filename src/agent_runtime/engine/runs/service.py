@@ -20,23 +20,22 @@ import asyncpg
 from ag_ui.core import RunAgentInput, TokenUsage
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import AppError, ConflictError, ErrorDetail, ValidationFailedError
+from agent_runtime.engine.errors import AppError, ConflictError, ValidationFailedError
 from agent_runtime.engine.flow.crewai_env import configure_crewai_env
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
-from agent_runtime.engine.memory.convert import from_agui
 from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata, UserMessage
 from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository, to_new_message
 from agent_runtime.engine.memory.window import WindowPolicy
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.runs.agui_input import run_input_from_agui, thread_session_id
 from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS, ContextItem, RunInput
+from agent_runtime.engine.runs.models import ContextItem, RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.sessions.service import SessionService
-from agent_runtime.engine.text import NUL
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.settings import Settings
@@ -182,45 +181,13 @@ class RunService:
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is the caller's session (created on first use); only messages not
         stored yet (matched by id) are appended, and the run answers the last of them."""
-        try:
-            session_id = UUID(agui_input.thread_id)
-        except ValueError as exc:
-            detail = ErrorDetail(loc=["body", "threadId"], msg="must be a UUID (the session id)")
-            raise ValidationFailedError("threadId must be a session UUID", details=[detail]) from exc
+        session_id = thread_session_id(agui_input)
         ids = [m.id for m in agui_input.messages]
         # Owner-scoped: empty for a thread that does not exist yet (or is someone else's).
         stored = await self._messages.existing_message_ids(ctx, session_id, ids) if ids else set()
-        new: list[ChatMessage] = []
-        for index, message in enumerate(agui_input.messages):
-            if message.id in stored:
-                continue
-            new.append(from_agui(message))
-            if NUL in new[-1].content:
-                detail = ErrorDetail(loc=["body", "messages", index, "content"], msg="must not contain NUL characters")
-                raise ValidationFailedError("invalid message", details=[detail])
-            if isinstance(new[-1], UserMessage) and not 1 <= len(new[-1].content) <= MAX_MESSAGE_CHARS:
-                # The limits of POST /v1/sessions/{id}/runs (RunRequest.message) hold here too.
-                msg = f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters"
-                detail = ErrorDetail(loc=["body", "messages", index, "content"], msg=msg)
-                raise ValidationFailedError("invalid user message", details=[detail])
-        for index, item in enumerate(agui_input.context or []):
-            if NUL in item.description or NUL in item.value:
-                detail = ErrorDetail(loc=["body", "context", index], msg="must not contain NUL characters")
-                raise ValidationFailedError("invalid context", details=[detail])
-        if not new or not isinstance(new[-1], UserMessage):
-            detail = ErrorDetail(loc=["body", "messages"], msg="must end with a user message not stored yet")
-            raise ValidationFailedError("no new user message to run on", details=[detail])
+        run_input = run_input_from_agui(agui_input, stored)
         # Only once the input is known to be valid: a refused request must not leave a new session behind.
         await self._sessions.ensure(ctx, session_id)
-        context = [
-            ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []
-        ]
-        # Echo the client's runId in RUN_STARTED/RUN_FINISHED when it can also be our run id (a UUID).
-        try:
-            client_run_id: UUID | None = UUID(agui_input.run_id)
-        except ValueError:
-            client_run_id = None
-        run_input = RunInput(new_messages=new, context=context[:10], run_id=client_run_id)
         return await self.start(ctx, session_id, run_input)
 
     async def _execute(self, job: _RunJob) -> None:
