@@ -6,33 +6,14 @@ bypasses LiteLLM, our usage/cost capture, our retries and the offline demo model
 translate between CrewAI's calling convention and two small models, `ModelCall` -> `ModelReply`,
 answered by an `async def call_model(request: ModelCall) -> ModelReply` the caller provides.
 
-What CrewAI passes (read in crewai 1.15.30, pinned by tests/flow/test_crew_*.py; re-check on upgrade):
-- `messages`: a list of OpenAI-style dicts (role/content, `tool_calls` on assistant turns, `tool_call_id`
-  and `name` on tool turns), sometimes with CrewAI-private keys (a cache-breakpoint flag,
-  `raw_tool_call_parts`, `files`); a plain string means one user message. Only the OpenAI keys go on.
-- Native tools (`agents/agent_executor.py: call_llm_native_tools`, taken when `supports_function_calling()`
-  is true, which `BaseLLM` does not define, so we do): `tools=[{"type": "function", "function":
-  {..., "strict": True}}]`, `available_functions=None`, `response_model=None`. The executor expects the
-  model's tool calls back as a list in OpenAI shape (`[{"id", "type": "function", "function": {"name",
-  "arguments"}}]`; `utilities/agent_utils.py: is_tool_call_list/extract_tool_call_info`), runs the tools
-  itself (`tool.run(**args)` on a worker thread), appends the assistant tool-call turn and one
-  `{"role": "tool", "tool_call_id": <the model's id>}` turn per call, and calls us again. A string is the
-  final answer. (`strict` is dropped: CrewAI's schemas do not meet strict mode's rules.)
-- `response_model=Model` (a tool-less stage run with `Agent.kickoff(..., response_format=Model)` or a task's
-  `output_pydantic`; also CrewAI's `Converter`): the parsed model instance is expected back (the executor
-  takes a `BaseModel` answer as final). Native providers turn this into a `json_schema` response format,
-  which DeepSeek rejects with HTTP 400; here it never reaches the wire: `ModelCall` has no response
-  format at all, only `json_mode` (our layer sends `{"type": "json_object"}`), and unless the prompt
-  already has it (`inject_schema=False`: the YAML task templates render `{output_schema}`), the schema is
-  appended to the stage's request, the last user message (JSON mode needs the word "json" in the prompt).
-- `available_functions` is non-None only for CrewAI's planning/reasoning helpers, which ask the LLM to run
-  a tool itself. Our agents never enable planning; such a call fails loudly instead of half-working.
-- The executor's steps are sync methods run on worker threads (`Flow._execute_method` ->
-  `asyncio.to_thread`), and its only model entry point is the sync `get_llm_response` -> `llm.call`
-  (`aget_llm_response` exists but nothing calls it); `acall` serves only the async `Converter` and context
-  summarisation. So `call` is the hot path, on a worker thread, while our LLM layer (HTTP sessions, the
-  database pool) lives on the app's event loop: `call` hands the coroutine to that loop with
-  `asyncio.run_coroutine_threadsafe` and waits (the loop is captured by `for_stage`).
+What CrewAI passes and expects back (read in crewai 1.15.30, pinned by tests/flow/test_crew_*.py, details
+in docs/crewai-notes.md): OpenAI-style `messages`; with native tools, `tools=[...]` and the model's tool
+calls expected back as an OpenAI-shaped list (CrewAI runs the tools and calls again with tool turns);
+with `response_model`, the parsed model (never sent as a `json_schema` response format, which DeepSeek
+rejects: `ModelCall` only has `json_mode`); `available_functions` (planning helpers) is refused. The
+executor calls only the sync `call`, from worker threads; `acall` serves CrewAI's `Converter`. Our LLM
+layer lives on the app's event loop, so `call` hands the coroutine to it with
+`asyncio.run_coroutine_threadsafe` and waits: CrewAI offers no async API on that path.
 
 Structured output: a stage declares its contract (`output_model`). Every final answer of the stage (no
 tool calls) is validated here against it, including the contract's own validators; a bad answer gets a
