@@ -7,7 +7,9 @@ the test says otherwise, so the stub's FIFO queue scripts one run's model calls 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -142,6 +144,20 @@ def text_messages(events: list[dict[str, Any]]) -> dict[str, str]:
         elif kind in ("TOOL_CALL_START", "RUN_FINISHED", "RUN_ERROR"):
             assert open_id is None, event
     return texts
+
+
+def run_error_id(event: dict[str, Any], code: str, message: str) -> str:
+    """Checks a RUN_ERROR event whole (its message is `message` plus the error_id) and returns the error_id."""
+    match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", str(event.get("message")))
+    assert match is not None, event
+    assert event == {"type": "RUN_ERROR", "code": code, "message": event["message"]}
+    return match.group(1)
+
+
+async def wait_for_model_call(stub: DeepSeekStub) -> None:
+    """Until the stub has received a request; up to 30 s, as a run alone in its test first loads CrewAI."""
+    async with asyncio.timeout(30):
+        await stub.wait_for_requests()
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

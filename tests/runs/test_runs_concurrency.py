@@ -25,6 +25,7 @@ from tests.runs.conftest import (
     text_messages,
     types,
     usage,
+    wait_for_model_call,
 )
 from tests.stubs.deepseek_stub import RecordedRequest, StubReply, StubToolCall, StubUsage
 
@@ -197,12 +198,7 @@ async def test_second_run_on_a_busy_session_is_409_before_any_stream(h: Harness,
     h.stub.enqueue(intent_direct("First!", delay_seconds=1.5))
     first = asyncio.create_task(h.run(user, sid, "first", message_id="first-msg"))
     # Up to 30 s: run alone, this test's first run also loads CrewAI and LiteLLM before calling the model.
-    for _ in range(1500):
-        if h.stub.requests:
-            break
-        await asyncio.sleep(0.02)
-    else:
-        raise AssertionError("the first run never called the model")
+    await wait_for_model_call(h.stub)
     session = await h.session(user, sid)
     run_id = session["state_snapshot"]["run_id"]
     assert (session["status"], session["state_snapshot"]) == (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable
 
@@ -17,6 +16,7 @@ from tests.runs.conftest import (
     RunResult,
     intent_direct,
     intent_needs,
+    run_error_id,
     types,
     usage,
     warm_up,
@@ -63,16 +63,14 @@ async def _assert_failed(
         {"type": "STEP_FINISHED", "stepName": "intent"},
     ]
     error = result.events[-1]
-    match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
-    assert match is not None, error
-    assert error == {"type": "RUN_ERROR", "code": code, "message": error["message"]}
+    error_id = run_error_id(error, code, message)
     session = await h.session(user, sid)
-    assert (session["status"], session["error_id"]) == ("failed", match.group(1))
-    assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": match.group(1)}
+    assert (session["status"], session["error_id"]) == ("failed", error_id)
+    assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": error_id}
     # The user's message is kept; no model answered, so there is nothing else to store or bill.
     rows = await h.rows(user, sid)
     assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
-    _assert_failure_logged(caplog, sid, result.run_id, match.group(1), code, message)
+    _assert_failure_logged(caplog, sid, result.run_id, error_id, code, message)
 
 
 SERVER_ERROR = "The language model provider had an internal error."
@@ -183,10 +181,8 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     ]
     assert result.events[-2] == {"type": "STEP_FINISHED", "stepName": "execution"}
     error = result.events[-1]
-    match = re.fullmatch(re.escape(SERVER_ERROR) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
-    assert match is not None, error
-    assert error == {"type": "RUN_ERROR", "code": "llm_server_error", "message": error["message"]}
-    _assert_failure_logged(caplog, sid, result.run_id, match.group(1), "llm_server_error", SERVER_ERROR)
+    error_id = run_error_id(error, "llm_server_error", SERVER_ERROR)
+    _assert_failure_logged(caplog, sid, result.run_id, error_id, "llm_server_error", SERVER_ERROR)
     rows = await h.rows(user, sid)
     reason = f"llm_server_error: {SERVER_ERROR}"
     assert [(r.seq, r.role, r.metadata.kind, r.input_tokens, r.output_tokens, str(r.cost)) for r in rows] == [
@@ -200,7 +196,7 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     total = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
     assert (total["cost"], total["model_calls"]) == ("0.0025000000", 2)
     session = await h.session(user, sid)
-    assert (session["status"], session["error_id"]) == ("failed", match.group(1))
+    assert (session["status"], session["error_id"]) == ("failed", error_id)
 
 
 async def test_a_stream_cut_off_mid_answer_fails_the_run(

@@ -4,13 +4,12 @@ error_id its RUN_ERROR names, the user's message kept), or unable to store their
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, intent_direct, types, warm_up
+from tests.runs.conftest import Harness, MakeHarness, intent_direct, run_error_id, types, wait_for_model_call, warm_up
 
 from agent_runtime.engine.messages.store import MessageStore
 
@@ -24,12 +23,7 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         sid = await timed.new_session(user)
         timed.stub.enqueue(intent_direct("far too late", delay_seconds=4.0))
         running = asyncio.create_task(timed.run(user, sid, "hello"))
-        for _ in range(250):
-            if timed.stub.requests:
-                break
-            await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the run never called the model")
+        await wait_for_model_call(timed.stub)
 
         started = time.monotonic()
         await timed.engine.runs.aclose()
@@ -39,12 +33,10 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
         error = result.events[-1]
         message = "the run was cancelled (server shutting down)"
-        match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
-        assert match is not None, error
-        assert error == {"type": "RUN_ERROR", "code": "run_cancelled", "message": error["message"]}
+        error_id = run_error_id(error, "run_cancelled", message)
         session = await timed.session(user, sid)
-        assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": match.group(1)}
-        assert (session["status"], session["error_id"]) == ("failed", match.group(1))
+        assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": error_id}
+        assert (session["status"], session["error_id"]) == ("failed", error_id)
         rows = await timed.rows(user, sid)
         assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
 

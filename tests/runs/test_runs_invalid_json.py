@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -20,6 +19,7 @@ from tests.runs.conftest import (
     money,
     organized,
     row_dict,
+    run_error_id,
     stage_of,
     text_messages,
     types,
@@ -172,10 +172,7 @@ async def test_invalid_json_exhausted_fails_the_run_and_bills_every_attempt(
     assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
     error = result.events[-1]
     message = "stage 'intent': the model's answer did not match IntentResult after 3 attempts"
-    match = re.fullmatch(re.escape(message) + r" \(error_id ([0-9a-f]{32})\)", error["message"])
-    assert match is not None, error
-    assert error == {"type": "RUN_ERROR", "code": "invalid_model_output", "message": error["message"]}
-    error_id = match.group(1)
+    error_id = run_error_id(error, "invalid_model_output", message)
 
     session = await h.session(user, sid)
     assert (session["status"], session["error_id"]) == ("failed", error_id)

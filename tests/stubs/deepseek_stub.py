@@ -119,7 +119,13 @@ class DeepSeekStub:
         self.requests: list[RecordedRequest] = []
         self._queue: deque[StubReply | StubFault] = deque()
         self._runner: web.AppRunner | None = None
+        self._received = asyncio.Condition()
         self.base_url = ""
+
+    async def wait_for_requests(self, count: int = 1) -> None:
+        """Until `count` requests have arrived (bound it with `asyncio.timeout`)."""
+        async with self._received:
+            await self._received.wait_for(lambda: len(self.requests) >= count)
 
     def enqueue(self, *items: StubReply | StubFault) -> None:
         self._queue.extend(items)
@@ -159,6 +165,8 @@ class DeepSeekStub:
             body = None
         recorded = RecordedRequest(path=request.path, headers=dict(request.headers), body=body)
         self.requests.append(recorded)
+        async with self._received:
+            self._received.notify_all()
         if self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}":
             return _error(401, "Authentication Fails, Your api key is invalid", "authentication_error")
         if not isinstance(body, dict):
