@@ -45,7 +45,8 @@ def mentions_json(messages: list[WireMessage]) -> bool:
 
 class CallBuilder:
     def __init__(self, settings: Settings) -> None:
-        # httpx is heavy to import and only needed once a client exists; LiteLLM depends on it anyway.
+        # Only for `httpx.Timeout`, the timeout type LiteLLM takes (connect vs read); no request is made
+        # with httpx here. Imported late: heavy, and needed only once a client exists.
         import httpx
 
         self.settings = settings

@@ -131,8 +131,9 @@ class RunService:
         (and database call) in flight for seconds."""
         from agent_runtime.engine.flow.crewai_env import ensure_worker_threads, load_crewai
 
-        # Importing is blocking CPU work with no async alternative; a worker thread keeps the loop
-        # serving requests meanwhile (the import lock makes a concurrent first run simply wait).
+        # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
+        # work that neither library offers an async way to do; a worker thread keeps the loop serving
+        # requests meanwhile (the import lock makes a concurrent first run simply wait).
         await asyncio.to_thread(load_crewai, self._settings.data_dir)
         await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
         await asyncio.to_thread(self._client)
