@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from uuid import UUID, uuid4
 
 import asyncpg
-from ag_ui.core import RunAgentInput, TokenUsage
+from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError, ConflictError, ValidationFailedError
@@ -32,9 +32,11 @@ from agent_runtime.engine.memory.window import WindowPolicy
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.agui_input import run_input_from_agui, thread_session_id
+from agent_runtime.engine.runs.agui_mapper import AguiStream
 from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.models import ContextItem, RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
+from agent_runtime.engine.runs.run_events import ModelUsage
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import run_totals
@@ -50,7 +52,7 @@ log = logging.getLogger(__name__)
 class RunHandle:
     session_id: UUID
     run_id: UUID
-    events: RunEvents
+    events: AguiStream
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,8 @@ class RunService:
             )
             await self._sessions.finish_run(ctx, session_id, run_id, "failed", error_id=error_id)
             raise
-        events = RunEvents(thread_id=str(session_id), run_id=str(run_id))
+        stream = AguiStream(thread_id=str(session_id), run_id=str(run_id))
+        events = RunEvents(stream.emit)
         events.run_started()
         user_message = stamped[-1]
         assert isinstance(user_message, UserMessage)
@@ -177,7 +180,7 @@ class RunService:
         task = asyncio.create_task(self._execute(job), name=f"run-{run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return RunHandle(session_id=session_id, run_id=run_id, events=events)
+        return RunHandle(session_id=session_id, run_id=run_id, events=stream)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is the caller's session (created on first use); only messages not
@@ -259,7 +262,7 @@ class RunService:
     def _announce(self, job: _RunJob, outcome: _Outcome) -> None:
         totals = outcome.totals
         model = self._settings.effective_llm_model
-        job.events.custom(
+        job.events.notice(
             "run_cost",
             {
                 "currency": totals.currency,
@@ -271,12 +274,10 @@ class RunService:
                 "demo": self._settings.is_demo_model,
             },
         )
-        usage = TokenUsage(
-            provider=model.split("/", 1)[0],
+        usage = ModelUsage(
             model=model,
             input_tokens=totals.input_tokens,
             output_tokens=totals.output_tokens,
-            total_tokens=totals.input_tokens + totals.output_tokens,
             cached_input_tokens=totals.cached_tokens,
         )
         job.events.run_finished(usage=[usage])
