@@ -109,8 +109,9 @@ async def test_stream_stalling_between_chunks_times_out_and_is_not_retried(
     assert (await client.complete_streaming(HELLO)).content == "abcdefgh"
     received: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    async def on_delta(text: str) -> bool:
         received.append(text)
+        return True
 
     start = time.perf_counter()
     with pytest.raises(LLMTimeoutError):
@@ -123,13 +124,31 @@ async def test_mid_stream_disconnect_is_typed_and_not_retried(stub: DeepSeekStub
     stub.enqueue(StubFault(kind="disconnect", after_chunks=3))
     received: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    async def on_delta(text: str) -> bool:
         received.append(text)
+        return True
 
     with pytest.raises(LLMStreamInterruptedError):
         await make_client(llm_max_retries=3).complete_streaming(HELLO, on_delta)
     assert received == ["this", " ans"]
     assert len(stub.requests) == 1
+
+
+async def test_mid_stream_disconnect_is_retried_while_nothing_reached_the_client(
+    stub: DeepSeekStub, make_client: MakeClient
+) -> None:
+    stub.enqueue(StubFault(kind="disconnect", after_chunks=3), StubReply(content="whole answer"))
+    received: list[str] = []
+
+    async def on_delta(text: str) -> bool:
+        # The caller holds these pieces back (e.g. JSON before the answer text): nothing was delivered yet.
+        received.append(text)
+        return False
+
+    response = await make_client(llm_max_retries=3).complete_streaming(HELLO, on_delta)
+    assert response.content == "whole answer"
+    assert "".join(received) == "this answer will be cut off "[:8] + "whole answer"
+    assert len(stub.requests) == 2
 
 
 async def test_disconnect_before_any_chunk_is_retried(stub: DeepSeekStub, make_client: MakeClient) -> None:
@@ -188,7 +207,7 @@ class ConsumerGone(Exception):
 async def test_on_delta_errors_propagate_unchanged_and_stop_the_call(
     stub: DeepSeekStub, make_client: MakeClient
 ) -> None:
-    async def on_delta(text: str) -> None:
+    async def on_delta(text: str) -> bool:
         raise ConsumerGone(text)
 
     with pytest.raises(ConsumerGone, match=r"^stub$"):

@@ -89,8 +89,9 @@ async def test_stream_delivers_deltas_incrementally_then_the_final(stub: DeepSee
     arrivals: list[tuple[str, float]] = []
     start = time.perf_counter()
 
-    async def on_delta(text: str) -> None:
+    async def on_delta(text: str) -> bool:
         arrivals.append((text, time.perf_counter() - start))
+        return True
 
     response = await make_client().complete_streaming(HELLO, on_delta)
     finished = time.perf_counter() - start

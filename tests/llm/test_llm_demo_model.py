@@ -183,8 +183,9 @@ async def test_organization_writes_the_answer_from_the_report(client: LLMClient)
 async def test_streaming_demo_yields_several_pieces_of_valid_json(client: LLMClient, no_network: None) -> None:
     pieces: list[str] = []
 
-    async def on_delta(text: str) -> None:
+    async def on_delta(text: str) -> bool:
         pieces.append(text)
+        return True
 
     request = LLMRequest(messages=appended_schema(IntentResult, "hello there"), json_mode=True)
     response = await client.complete_streaming(request, on_delta)

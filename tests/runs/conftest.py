@@ -287,3 +287,54 @@ def make_harness(settings: Settings) -> MakeHarness:
 async def h(make_harness: MakeHarness) -> AsyncIterator[Harness]:
     async with make_harness() as harness:
         yield harness
+
+
+def client_messages(events: list[dict[str, Any]], initial: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The messages an AG-UI client holds after applying `events` to `initial`, as `@ag-ui/client`'s
+    `defaultApplyEvents` does (text, tool calls and results, reasoning, MESSAGES_SNAPSHOT reconciliation)."""
+    messages = [dict(m) for m in initial or []]
+
+    def find(message_id: str) -> dict[str, Any] | None:
+        return next((m for m in messages if m["id"] == message_id), None)
+
+    for event in events:
+        kind = event["type"]
+        if kind in ("TEXT_MESSAGE_START", "REASONING_MESSAGE_START") and find(event["messageId"]) is None:
+            role = "reasoning" if kind == "REASONING_MESSAGE_START" else event.get("role", "assistant")
+            messages.append({"id": event["messageId"], "role": role, "content": ""})
+        elif kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            target = find(event["messageId"])
+            assert target is not None, event
+            target["content"] += event["delta"]
+        elif kind == "TOOL_CALL_START":
+            parent = find(event.get("parentMessageId") or event["toolCallId"])
+            if parent is None:
+                parent = {"id": event.get("parentMessageId") or event["toolCallId"], "role": "assistant"}
+                messages.append(parent)
+            call = {"id": event["toolCallId"], "type": "function", "function": {"name": event["toolCallName"]}}
+            call["function"]["arguments"] = ""
+            parent.setdefault("toolCalls", []).append(call)
+        elif kind == "TOOL_CALL_ARGS":
+            calls = [c for m in messages for c in m.get("toolCalls", []) if c["id"] == event["toolCallId"]]
+            calls[0]["function"]["arguments"] += event["delta"]
+        elif kind == "TOOL_CALL_RESULT":
+            result = {"id": event["messageId"], "role": "tool", "toolCallId": event["toolCallId"]}
+            result["content"] = event["content"]
+            owner = [
+                i for i, m in enumerate(messages) if any(c["id"] == event["toolCallId"] for c in m.get("toolCalls", []))
+            ]
+            at = owner[0] + 1 if owner else len(messages)
+            while at < len(messages) and messages[at]["role"] == "tool":
+                at += 1
+            messages.insert(at, result)
+        elif kind == "MESSAGES_SNAPSHOT":
+            snapshot = {m["id"]: m for m in event["messages"]}
+            keep_reasoning = not any(m["role"] == "reasoning" for m in event["messages"])
+            kept = [
+                snapshot.get(m["id"], m)
+                for m in messages
+                if m["id"] in snapshot or (keep_reasoning and m["role"] == "reasoning")
+            ]
+            known = {m["id"] for m in kept}
+            messages = kept + [m for m in event["messages"] if m["id"] not in known]
+    return messages

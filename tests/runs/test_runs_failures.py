@@ -199,22 +199,6 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     assert (session["status"], session["error_id"]) == ("failed", error_id)
 
 
-async def test_a_stream_cut_off_mid_answer_fails_the_run(
-    h: Harness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture
-) -> None:
-    user = make_user()
-    sid = await h.new_session(user)
-    h.stub.enqueue(StubFault(kind="disconnect", after_chunks=3), intent_direct("never used"))
-
-    result = await h.run(user, sid, "hello")
-
-    # Text had reached the caller, so the call is not retried.
-    assert len(h.stub.requests) == 1
-    await _assert_failed(
-        h, user, sid, result, "llm_stream_interrupted", "The language model stream was interrupted.", caplog
-    )
-
-
 async def test_a_nul_character_in_the_message_is_refused_before_the_run(
     h: Harness, make_user: Callable[[], User]
 ) -> None:

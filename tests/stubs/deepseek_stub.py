@@ -12,6 +12,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any, Literal
 
 from aiohttp import web
@@ -60,6 +61,8 @@ class StubFault(BaseModel):
     message: str = "Service is too busy, please retry later."
     retry_after: str | None = None
     after_chunks: int = Field(default=2, description="Chunks streamed before a `disconnect` drops the line.")
+    content: str | None = Field(default=None, description="The reply a `disconnect` streams before it drops.")
+    chunk_chars: int = Field(default=4, ge=1, description="Characters of `content` per streamed chunk.")
 
 
 class RecordedRequest(BaseModel):
@@ -94,6 +97,11 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def _consecutive_user_turns(messages: list[Any]) -> bool:
+    roles = [m.get("role") for m in messages if isinstance(m, dict)]
+    return any(a == b == "user" for a, b in pairwise(roles))
+
+
 # DeepSeek's error "type" per status; a wrong type (e.g. rate_limit on a 400) makes LiteLLM misclassify.
 _ERROR_TYPES = {401: "authentication_error", 402: "insufficient_balance", 429: "rate_limit_error"}
 
@@ -111,9 +119,16 @@ class DeepSeekStub:
     """`async with DeepSeekStub() as stub:` then point the client at `stub.base_url` with `stub.api_key`."""
 
     def __init__(
-        self, *, api_key: str | None = "sk-stub-key", cache_hit_tokens: int = 0, responder: Responder = echo_responder
+        self,
+        *,
+        api_key: str | None = "sk-stub-key",
+        cache_hit_tokens: int = 0,
+        responder: Responder = echo_responder,
+        strict_turns: bool = False,
     ) -> None:
         self.api_key = api_key
+        # deepseek-reasoner is reported (2025) to refuse two user messages in a row; off by default.
+        self.strict_turns = strict_turns
         self.cache_hit_tokens = cache_hit_tokens
         self.responder = responder
         self.requests: list[RecordedRequest] = []
@@ -196,6 +211,8 @@ class DeepSeekStub:
         fmt = response_format.get("type") if isinstance(response_format, dict) else None
         if response_format is not None and fmt not in ("text", "json_object"):
             return _error(400, "This response_format type is unavailable now", "invalid_request_error")
+        if self.strict_turns and _consecutive_user_turns(body["messages"]):
+            return _error(400, "consecutive user messages are not allowed", "invalid_request_error")
         if fmt == "json_object" and "json" not in recorded.prompt_text.lower():
             message = "Prompt must contain the word 'json' in some form to use 'response_format' of type 'json_object'."
             return _error(400, message, "invalid_request_error")
@@ -305,6 +322,6 @@ class DeepSeekStub:
             if request.transport is not None:
                 request.transport.abort()
             return web.Response()
-        reply = StubReply(content="this answer will be cut off " * 4)
+        reply = StubReply(content=fault.content or "this answer will be cut off " * 4, chunk_chars=fault.chunk_chars)
         chunks = self._chunks({"model": "deepseek-chat"}, reply, None)
         return await self._stream(request, chunks, drop_after=fault.after_chunks)

@@ -21,7 +21,10 @@ from agent_runtime.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-OnDelta = Callable[[str], Awaitable[None]]
+OnDelta = Callable[[str], Awaitable[bool]]
+"""Takes a piece of streamed text; returns whether anything of it reached the caller's own client. A call
+is retried only while nothing has: a piece the caller kept to itself (say, JSON around the answer) does not
+count as delivered."""
 
 
 @dataclass(slots=True)
@@ -62,7 +65,8 @@ class LLMClient:
     cost more than the rest of our per-chunk work together.
 
     Retries (429, 5xx, timeouts, connection errors; never other 4xx) happen only while nothing has been
-    handed to the caller: once a streamed piece went out, a failure is raised as it is.
+    delivered: once a streamed piece reached the caller's client (`OnDelta` says so), a failure is raised as
+    it is.
     """
 
     def __init__(
@@ -102,15 +106,25 @@ class LLMClient:
 
         return await self._with_retries(target, attempt)
 
-    async def complete_streaming(self, request: LLMRequest, on_delta: OnDelta | None = None) -> LLMResponse:
+    async def complete_streaming(
+        self, request: LLMRequest, on_delta: OnDelta | None = None, on_retry: Callable[[], None] | None = None
+    ) -> LLMResponse:
         """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response.
+
+        A failure is retried (when retryable) as long as every `on_delta` returned False; `on_retry()` is
+        called before a retry streams, since what the failed attempt fed `on_delta` will not be continued.
 
         An exception raised by `on_delta` propagates unchanged and is never retried.
         """
         target = self.builder.target(request.model)
         kwargs = self.builder.kwargs(request, target, stream=True)
+        attempts = 0
 
         async def attempt(progress: _Progress) -> LLMResponse:
+            nonlocal attempts
+            if attempts and on_retry is not None:
+                on_retry()
+            attempts += 1
             accumulator = StreamAccumulator()
             async with asyncio.timeout(self._timeout):
                 chunks = await self._acompletion(**kwargs)
@@ -118,8 +132,9 @@ class LLMClient:
                 async for chunk in _provider_chunks(chunks):
                     text = accumulator.feed_text(chunk)
                     if text and on_delta is not None:
-                        progress.delivered = progress.in_callback = True
-                        await on_delta(text)
+                        progress.in_callback = True
+                        if await on_delta(text):
+                            progress.delivered = True
                         progress.in_callback = False
             finally:
                 await _close(chunks)

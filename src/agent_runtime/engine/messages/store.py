@@ -174,6 +174,22 @@ class MessageStore:
             )
         return Page[StoredMessage](items=[row_to_message(r) for r in rows], total=total, limit=limit, offset=offset)
 
+    async def latest_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int) -> list[StoredMessage]:
+        """The newest `limit` visible messages, oldest first (one index-backed read; no ownership error)."""
+        rows = await self._pool.fetch(
+            f"""
+            SELECT * FROM (
+                SELECT {COLUMNS} FROM agent_chat_messages
+                WHERE session_id = $1 AND user_id = $2 AND seq > 0
+                ORDER BY seq DESC LIMIT $3
+            ) newest ORDER BY seq
+            """,
+            session_id,
+            ctx.user_id,
+            limit,
+        )
+        return [row_to_message(r) for r in rows]
+
     async def list_all(self, ctx: RequestContext, session_id: UUID) -> list[StoredMessage]:
         """Every row of a session, audit included, in insertion order (tests and admin tooling)."""
         rows = await self._pool.fetch(

@@ -117,18 +117,29 @@ class RunGateway:
             model=self._model,
             messages=[WireMessage.model_validate(m) for m in call.messages],
             tools=[ToolSchema.model_validate(t) for t in call.tools] if call.tools else None,
-            json_mode=call.json_mode,
+            # Never JSON mode next to tools: DeepSeek does not document the pair, and it can keep the model from
+            # calling a tool. The stage's prompt still asks for JSON and the adapter validates the answer.
+            json_mode=call.json_mode and not call.tools,
             stream=answer_stage,
         )
         if answer_stage:
-            # One extractor per attempt: its text is this attempt's assistant_text so far.
-            extractor = AssistantTextExtractor(required_route=ANSWER_STAGES[call.stage])
+            # One extractor per attempt (a retried call starts a new one): its text is this attempt's
+            # assistant_text so far.
+            route = ANSWER_STAGES[call.stage]
+            extractor = AssistantTextExtractor(required_route=route)
 
-            async def on_delta(text: str) -> None:
-                if extractor.feed(text):
-                    self._answer.show(extractor.emitted)
+            async def on_delta(text: str) -> bool:
+                # Delivered only once answer text went out as an event: the JSON around it never does.
+                if not extractor.feed(text):
+                    return False
+                self._answer.show(extractor.emitted)
+                return True
 
-            response = await self._llm.complete_streaming(request, on_delta)
+            def on_retry() -> None:
+                nonlocal extractor
+                extractor = AssistantTextExtractor(required_route=route)
+
+            response = await self._llm.complete_streaming(request, on_delta, on_retry)
         else:
             response = await self._llm.complete(request)
         self.responses.append(response)

@@ -1,0 +1,48 @@
+"""What the model sees of a thread: the memory window, reshaped so that no provider sees two user turns in a row.
+
+Stored rows stay as they are (append-only); only the model's view is reshaped, where the run reads the window:
+- the turn being answered is the run of user messages at the end of the window (a turn whose run failed got
+  no answer, so it is part of the question now): their texts are joined into this turn's request;
+- older consecutive user messages (an unanswered turn followed by an answered one) are merged into one;
+- whatever follows the last user message (the tool calls and results of a turn that was waiting for
+  approvals or for the client's tool results) is the turn's continuation, handed back to its stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel
+
+from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
+
+TURN_SEPARATOR = "\n\n"
+
+
+class ModelTurn(BaseModel):
+    history: list[ChatMessage]
+    request: str
+    continuation: list[ChatMessage]
+
+
+def _merge_users(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    merged: list[ChatMessage] = []
+    for message in messages:
+        previous = merged[-1] if merged else None
+        if isinstance(message, UserMessage) and isinstance(previous, UserMessage):
+            merged[-1] = message.model_copy(update={"content": previous.content + TURN_SEPARATOR + message.content})
+        else:
+            merged.append(message)
+    return merged
+
+
+def split_turn(window: Sequence[ChatMessage]) -> ModelTurn:
+    """The window (oldest first, ending with the turn being answered) as history, request and continuation."""
+    last = max((i for i, m in enumerate(window) if isinstance(m, UserMessage)), default=None)
+    if last is None:
+        return ModelTurn(history=_merge_users(window), request="", continuation=[])
+    first = last
+    while first > 0 and isinstance(window[first - 1], UserMessage):
+        first -= 1
+    request = TURN_SEPARATOR.join(m.content for m in window[first : last + 1])
+    return ModelTurn(history=_merge_users(window[:first]), request=request, continuation=list(window[last + 1 :]))
