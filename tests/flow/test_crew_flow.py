@@ -15,6 +15,7 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
+from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.flow import crewai_env
 
 # CrewAI must be configured offline before it is imported; its storage then stays for the process.
@@ -42,11 +43,12 @@ from agent_runtime.engine.flow.model_call import (  # noqa: E402
 from agent_runtime.engine.flow.prompt import build_global_system_prompt  # noqa: E402
 from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates  # noqa: E402
 from agent_runtime.engine.flow.tools import (  # noqa: E402
-    BUILTIN_TOOLS,
     CalculatorArgs,
     CalculatorTool,
     CurrentTimeTool,
     ToolRegistry,
+    UpdateBioTool,
+    engine_tools,
 )
 from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, UserMessage  # noqa: E402
 from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
@@ -99,6 +101,17 @@ class FakeModel:
         return [call.stage for call in self.calls]
 
 
+class UnusedBioWriter:
+    """The YAML grants update_bio (approval required): these flows never get as far as running it."""
+
+    async def set_bio(self, ctx: RequestContext, bio: str) -> str:
+        raise AssertionError("update_bio must not run in these tests")
+
+
+TOOLS = engine_tools(UnusedBioWriter())
+BIO_TOOL = UpdateBioTool(UnusedBioWriter())
+
+
 class RecordingCalculator(CalculatorTool):
     """The real calculator, noting where it ran."""
 
@@ -115,7 +128,7 @@ def deps_for(
     model: CallModel,
     events: list[AdapterEvent] | None = None,
     *,
-    tool_registry: ToolRegistry = BUILTIN_TOOLS,
+    tool_registry: ToolRegistry = TOOLS,
     max_json_retries: int = 2,
     runner: FlowRunner = "thread",
 ) -> FlowDeps:
@@ -169,7 +182,7 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
         }
     )
     events: list[AdapterEvent] = []
-    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool()]), runner=runner)
+    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]), runner=runner)
 
     state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
 
@@ -184,7 +197,7 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
 
     offered = model.calls[1].tools
     assert offered is not None
-    assert sorted(tool["function"]["name"] for tool in offered) == ["calculator", "current_time"]
+    assert sorted(tool["function"]["name"] for tool in offered) == ["calculator", "current_time", "update_bio"]
     # The follow-up execution call carries the model's tool call and the result under the same id.
     *_, tool_call_turn, tool_turn = model.calls[2].messages
     assert tool_call_turn["tool_calls"][0]["id"] == "call_abc123"

@@ -187,7 +187,7 @@ def test_every_stage_gets_the_same_system_prompt_and_its_own_contract(templates:
         variables=OrganizationVariables(user_input="u", ai_language="fr", intent_summary="i", execution_report=report),
     )
     assert execution.agent.system_prompt == organization.agent.system_prompt == system_prompt
-    assert execution.agent.tools == ["current_time", "calculator"]
+    assert execution.agent.tools == ["current_time", "calculator", "update_bio"]
     assert organization.agent.tools == []
     assert '"do {it}"' in execution.task.description
     assert json.dumps(ExecutionResult.model_json_schema(), separators=(",", ":")) in execution.task.description

@@ -51,9 +51,10 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
     templates = load_flow_templates(CONFIG_DIR)
     assert {stage: templates.stage(stage).agent.tools for stage in ("intent", "execution", "organization")} == {
         "intent": [],
-        "execution": ["current_time", "calculator"],
+        "execution": ["current_time", "calculator", "update_bio"],
         "organization": [],
     }
+    assert templates.execution.agent.requires_approval == ["update_bio"]
     assert _placeholders(templates.intent.task.description) == {"user_input", "ai_language", "output_schema"}
     assert _placeholders(templates.execution.task.description) == {
         "user_input",
@@ -171,7 +172,7 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
         (
             _set("agents", "execution", "tools", ["current_time", "shell"]),
             "agents.yaml",
-            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator)",
+            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator, update_bio)",
         ),
         (
             _set("agents", "execution", "tools", ["calculator", "calculator"]),
@@ -182,6 +183,17 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
             _set("agents", "intent", "tools", ["calculator"]),
             "agents.yaml",
             "intent.tools: tools can only be granted to the stages: execution",
+        ),
+        (
+            _set("agents", "execution", "tools", [{"name": "update_bio", "requires_approval": "sometimes"}]),
+            "agents.yaml",
+            "execution: Value error, tools.0.requires_approval: Input should be a valid boolean, "
+            "unable to interpret input",
+        ),
+        (
+            _set("agents", "execution", "tools", [{"name": "update_bio", "approve": True}]),
+            "agents.yaml",
+            "execution: Value error, tools.0.approve: Extra inputs are not permitted",
         ),
     ],
 )

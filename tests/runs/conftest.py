@@ -164,6 +164,20 @@ def types(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events]
 
 
+# Every run starts with the thread as stored and the run state; a stage's start updates the state; a
+# completed run ends with its cost, the final run state and RUN_FINISHED.
+RUN_START = ["RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+STAGE_START = ["STEP_STARTED", "STATE_DELTA"]
+RUN_END = ["CUSTOM", "STATE_DELTA", "RUN_FINISHED"]
+
+
+def run_cost(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `run_cost` CUSTOM event's value."""
+    (event,) = [e for e in events if e["type"] == "CUSTOM" and e["name"] == "run_cost"]
+    value: dict[str, Any] = event["value"]
+    return value
+
+
 @dataclass
 class RunResult:
     status: int

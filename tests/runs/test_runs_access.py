@@ -72,7 +72,7 @@ async def test_runs_on_another_users_session_are_404(h: Harness, make_user: Call
     [
         pytest.param({"message": ""}, ["body", "message"], id="empty"),
         pytest.param({"message": "x" * (MAX_MESSAGE_CHARS + 1)}, ["body", "message"], id="over-20000-chars"),
-        pytest.param({}, ["body", "message"], id="missing"),
+        pytest.param({}, ["body"], id="missing"),
         pytest.param({"message": "hi", "extra": 1}, ["body", "extra"], id="unknown-field"),
     ],
 )
@@ -96,7 +96,7 @@ async def test_rest_run_input_is_validated(
 )
 async def test_agui_user_message_has_the_same_limits(h: Harness, make_user: Callable[[], User], content: str) -> None:
     user = make_user()
-    thread_id = str(uuid4())
+    thread_id = await h.new_session(user)
 
     response = await h.client.post("/v1/agui", headers=user.headers, json=_agui(thread_id, content))
 
@@ -108,15 +108,16 @@ async def test_agui_user_message_has_the_same_limits(h: Harness, make_user: Call
             "type": None,
         }
     ]
-    assert (await h.client.get("/v1/sessions", headers=user.headers)).json()["total"] == 0
+    assert (await h.session(user, thread_id))["status"] == "pending"
+    assert await h.rows(user, thread_id) == []
     assert h.stub.requests == []
 
 
-async def test_a_message_of_exactly_20000_chars_is_accepted(h: Harness, make_user: Callable[[], User]) -> None:
+async def test_a_long_message_within_the_token_budget_is_accepted(h: Harness, make_user: Callable[[], User]) -> None:
     user = make_user()
     sid = await h.new_session(user)
     h.stub.enqueue(intent_direct("That is a long message."))
-    message = "y" * MAX_MESSAGE_CHARS
+    message = "hello world " * 1666  # 19,992 characters, 3,340 tokens: within half of MEMORY_MAX_TOKENS (8000)
 
     result = await h.run(user, sid, message)
 
@@ -125,6 +126,34 @@ async def test_a_message_of_exactly_20000_chars_is_accepted(h: Harness, make_use
     assert list(text_messages(result.events).values()) == ["That is a long message."]
     rows = await h.rows(user, sid)
     assert (rows[0].seq, rows[0].content) == (1, message)
+
+
+@pytest.mark.parametrize("endpoint", ["rest", "agui"])
+async def test_a_message_over_the_token_budget_is_a_422_naming_the_limit(
+    h: Harness, make_user: Callable[[], User], endpoint: str
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    message = "y" * MAX_MESSAGE_CHARS  # 20,000 characters but 5,007 tokens: no window could hold it
+
+    if endpoint == "rest":
+        body: dict[str, Any] = {"message": message, "message_id": "m-1"}
+        response = await h.client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json=body)
+    else:
+        body = {**_agui(sid, message), "messages": [{"id": "m-1", "role": "user", "content": message}]}
+        response = await h.client.post("/v1/agui", headers=user.headers, json=body)
+
+    error = _error(response, 422, "validation_error")
+    assert error["details"] == [
+        {
+            "loc": ["body", "messages", "m-1", "content"],
+            "msg": "has 5007 tokens; a message may have at most 4000 tokens (half of MEMORY_MAX_TOKENS)",
+            "type": "too_many_tokens",
+        }
+    ]
+    assert (await h.session(user, sid))["status"] == "pending"
+    assert await h.rows(user, sid) == []
+    assert h.stub.requests == []
 
 
 async def test_a_message_id_already_stored_is_409(h: Harness, make_user: Callable[[], User]) -> None:

@@ -1,4 +1,4 @@
-"""POST /v1/agui: the thread is the caller's session (created on first use); only unstored messages are appended."""
+"""POST /v1/agui: the thread is one of the caller's sessions; only new user messages are appended."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def user_message(message_id: str, content: str) -> dict[str, Any]:
 
 async def _first_turn(h: Harness, user: User) -> tuple[str, str]:
     """Run one AG-UI turn on a new thread; returns (thread id, stored reply's message id)."""
-    thread_id = str(uuid4())
+    thread_id = await h.new_session(user)
     h.stub.enqueue(intent_direct("Hi from AG-UI!"))
     result = await h.agui(user, run_input(thread_id, [user_message("u-1", "hello agui")]))
     assert result.status == 200
@@ -39,9 +39,9 @@ async def _first_turn(h: Harness, user: User) -> tuple[str, str]:
     return thread_id, reply_id
 
 
-async def test_agui_creates_the_thread_and_appends_only_new_messages(h: Harness, make_user: Callable[[], User]) -> None:
+async def test_agui_runs_on_a_session_and_appends_only_new_messages(h: Harness, make_user: Callable[[], User]) -> None:
     user = make_user()
-    thread_id = str(uuid4())
+    thread_id = await h.new_session(user)
     h.stub.enqueue(intent_direct("Hi from AG-UI!"))
 
     first = await h.agui(user, run_input(thread_id, [user_message("u-1", "hello agui")]))
@@ -100,18 +100,34 @@ async def test_agui_creates_the_thread_and_appends_only_new_messages(h: Harness,
     )
 
 
-async def test_agui_refuses_another_users_thread(h: Harness, make_user: Callable[[], User]) -> None:
+async def test_another_users_thread_answers_exactly_like_a_missing_one(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
     owner, intruder = make_user(), make_user()
     thread_id, _ = await _first_turn(h, owner)
     before = await h.rows(owner, thread_id)
+    missing = str(uuid4())
 
-    response = await h.client.post(
-        "/v1/agui", headers=intruder.headers, json=run_input(thread_id, [user_message(str(uuid4()), "let me in")])
+    foreign = await h.client.post(
+        "/v1/agui", headers=intruder.headers, json=run_input(thread_id, [user_message("m-1", "let me in")])
+    )
+    unknown = await h.client.post(
+        "/v1/agui", headers=intruder.headers, json=run_input(missing, [user_message("m-1", "let me in")])
     )
 
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
-    assert response.json()["error"]["message"] == f"session {thread_id} not found"
+    # No existence oracle: same status and body (but the id it names and the request id), no thread created.
+    def shape(response: Any, thread: str) -> tuple[int, dict[str, Any]]:
+        error = {**response.json()["error"], "request_id": None}
+        return response.status_code, {**error, "message": error["message"].replace(thread, "<thread>")}
+
+    assert shape(foreign, thread_id) == shape(unknown, missing)
+    assert shape(foreign, thread_id)[1] == {
+        "code": "not_found",
+        "message": "session <thread> not found",
+        "details": [],
+        "request_id": None,
+        "error_id": None,
+    }
     assert await h.rows(owner, thread_id) == before
     assert (await h.session(owner, thread_id))["status"] == "completed"
     assert len(h.stub.requests) == 1
@@ -142,7 +158,11 @@ async def test_agui_without_a_new_user_message_is_422(
     error = response.json()["error"]
     assert (error["code"], error["message"]) == ("validation_error", "no new user message to run on")
     assert error["details"] == [
-        {"loc": ["body", "messages"], "msg": "must end with a user message not stored yet", "type": None}
+        {
+            "loc": ["body", "messages"],
+            "msg": "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
+            "type": None,
+        }
     ]
     assert await h.rows(user, thread_id) == before
     assert (await h.session(user, thread_id))["status"] == "completed"
@@ -174,23 +194,29 @@ async def test_agui_thread_id_must_be_a_uuid(h: Harness, make_user: Callable[[],
         ),
     ],
 )
-async def test_a_refused_agui_request_creates_no_thread(
+async def test_a_refused_agui_request_leaves_nothing_behind(
     h: Harness, make_user: Callable[[], User], messages: list[dict[str, Any]], status: int
 ) -> None:
     user = make_user()
-    thread_id = str(uuid4())
+    thread_id = await h.new_session(user)
+    missing = str(uuid4())
 
     response = await h.client.post("/v1/agui", headers=user.headers, json=run_input(thread_id, messages))
+    on_missing = await h.client.post("/v1/agui", headers=user.headers, json=run_input(missing, messages))
 
     assert response.status_code == status
-    assert (await h.client.get(f"/v1/sessions/{thread_id}", headers=user.headers)).status_code == 404
-    assert (await h.client.get("/v1/sessions", headers=user.headers)).json()["total"] == 0
+    assert on_missing.status_code in (404, status)
+    session = await h.session(user, thread_id)
+    assert (session["status"], session["error_id"]) == ("pending", None)
+    assert await h.rows(user, thread_id) == []
+    assert (await h.client.get(f"/v1/sessions/{missing}", headers=user.headers)).status_code == 404
+    assert (await h.client.get("/v1/sessions", headers=user.headers)).json()["total"] == 1
     assert h.stub.requests == []
 
 
 async def test_a_uuid_run_id_from_the_client_is_echoed_once(h: Harness, make_user: Callable[[], User]) -> None:
     user = make_user()
-    thread_id, client_run_id = str(uuid4()), str(uuid4())
+    thread_id, client_run_id = await h.new_session(user), str(uuid4())
     h.stub.enqueue(intent_direct("one"))
     first = await h.agui(user, {**run_input(thread_id, [user_message("u-1", "first")]), "runId": client_run_id})
     assert first.events[0] == {"type": "RUN_STARTED", "threadId": thread_id, "runId": client_run_id}

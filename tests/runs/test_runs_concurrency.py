@@ -12,6 +12,9 @@ from uuid import uuid4
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
+    RUN_END,
+    RUN_START,
+    STAGE_START,
     Harness,
     RunResult,
     cny_cost,
@@ -34,16 +37,16 @@ EXPRESSIONS = {"A": ("17 + 25", "42"), "B": ("6 * 9", "54")}
 # 1 tool call, 2 execution result, 3 organization): a row billed to the wrong session shows at once.
 BASE_USAGE = {"A": (1000, 10, 400), "B": (5000, 50, 3000)}
 TOOL_RUN_TYPES = [
-    "RUN_STARTED",
-    "STEP_STARTED",
+    *RUN_START,
+    *STAGE_START,
     "STEP_FINISHED",
-    "STEP_STARTED",
+    *STAGE_START,
     "TOOL_CALL_START",
     "TOOL_CALL_ARGS",
     "TOOL_CALL_END",
     "TOOL_CALL_RESULT",
     "STEP_FINISHED",
-    "STEP_STARTED",
+    *STAGE_START,
     "TEXT_MESSAGE_START",
 ]
 
@@ -136,7 +139,7 @@ async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_u
         sid, run_id = sids[tag], result.run_id
         events = result.events
         assert types(events)[: len(TOOL_RUN_TYPES)] == TOOL_RUN_TYPES
-        assert types(events)[-4:] == ["TEXT_MESSAGE_END", "STEP_FINISHED", "CUSTOM", "RUN_FINISHED"]
+        assert types(events)[-5:] == ["TEXT_MESSAGE_END", "STEP_FINISHED", *RUN_END]
         stored = await h.rows(user, sid)
         rows = {r.seq: r for r in stored}
         call_row, tool_row, reply_row = rows[2], rows[3], rows[4]
@@ -173,7 +176,7 @@ async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_u
         assert billing == expected_billing(tag)
         assert {getattr(r.metadata, "model", None) for r in stored if r.input_tokens} == {MODEL}
         run_cost = expected_run_cost(tag)
-        assert result.events[-2] == {"type": "CUSTOM", "name": "run_cost", "value": run_cost}
+        assert result.events[-3] == {"type": "CUSTOM", "name": "run_cost", "value": run_cost}
         session_usage = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()
         assert session_usage["total"] == {
             "input_tokens": run_cost["inputTokens"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.conftest import User
-from tests.runs.conftest import MODEL, Harness, cny_cost, intent_direct, row_dict, types, usage
+from tests.runs.conftest import MODEL, Harness, cny_cost, intent_direct, row_dict, run_cost, types, usage
 
 
 async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness, make_user: Callable[[], User]) -> None:
@@ -24,26 +24,57 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
     assert len(deltas) >= 2
     assert types(events) == [
         "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "STATE_SNAPSHOT",
         "STEP_STARTED",
+        "STATE_DELTA",
         "TEXT_MESSAGE_START",
         *["TEXT_MESSAGE_CONTENT"] * len(deltas),
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
         "CUSTOM",
+        "STATE_DELTA",
         "RUN_FINISHED",
     ]
-    message_id = events[2]["messageId"]
+    message_id = events[5]["messageId"]
+    user_message_id = (await h.rows(user, sid))[0].message_id
     assert events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": run_id}
-    assert events[1] == {"type": "STEP_STARTED", "stepName": "intent"}
-    assert events[2] == {"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}
+    # The thread as stored (a fresh page rebuilds it from the stream alone), then the run state.
+    assert events[1] == {
+        "type": "MESSAGES_SNAPSHOT",
+        "messages": [{"id": user_message_id, "role": "user", "content": "hi, who are you?"}],
+    }
+    run_state = {
+        "runId": run_id,
+        "status": "running",
+        "stage": None,
+        "route": None,
+        "pendingToolCallIds": [],
+        "interrupts": [],
+    }
+    assert events[2] == {"type": "STATE_SNAPSHOT", "snapshot": {"agentRuntime": run_state}}
+    assert events[3] == {"type": "STEP_STARTED", "stepName": "intent"}
+    assert events[4] == {
+        "type": "STATE_DELTA",
+        "delta": [{"op": "replace", "path": "/agentRuntime/stage", "value": "intent"}],
+    }
+    assert events[5] == {"type": "TEXT_MESSAGE_START", "messageId": message_id, "role": "assistant"}
     assert all(d["messageId"] == message_id for d in deltas)
     assert "".join(d["delta"] for d in deltas) == answer
-    assert events[-4] == {"type": "TEXT_MESSAGE_END", "messageId": message_id}
-    assert events[-3] == {"type": "STEP_FINISHED", "stepName": "intent"}
+    assert events[-5] == {"type": "TEXT_MESSAGE_END", "messageId": message_id}
+    assert events[-4] == {"type": "STEP_FINISHED", "stepName": "intent"}
+    assert events[-2] == {
+        "type": "STATE_DELTA",
+        "delta": [
+            {"op": "replace", "path": "/agentRuntime/status", "value": "completed"},
+            {"op": "replace", "path": "/agentRuntime/stage", "value": None},
+            {"op": "replace", "path": "/agentRuntime/route", "value": "DIRECT_EXECUTION"},
+        ],
+    }
     # 600 cache hits * 0.2 + 400 misses * 2 + 200 output * 3 = 1520 CNY per million tokens.
     expected_cost = cny_cost(1000, 200, 600)
     assert str(expected_cost) == "0.00152"
-    assert events[-2] == {
+    assert events[-3] == {
         "type": "CUSTOM",
         "name": "run_cost",
         "value": {
@@ -138,14 +169,14 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
     usage_response = await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)
     assert usage_response.status_code == 200
     total = usage_response.json()["total"]
-    run_cost = events[-2]["value"]
+    announced = run_cost(events)
     assert total == {
-        "input_tokens": run_cost["inputTokens"],
-        "output_tokens": run_cost["outputTokens"],
-        "cached_tokens": run_cost["cachedInputTokens"],
-        "cost": run_cost["cost"],
-        "currency": run_cost["currency"],
-        "model_calls": run_cost["modelCalls"],
+        "input_tokens": announced["inputTokens"],
+        "output_tokens": announced["outputTokens"],
+        "cached_tokens": announced["cachedInputTokens"],
+        "cost": announced["cost"],
+        "currency": announced["currency"],
+        "model_calls": announced["modelCalls"],
     }
     assert usage_response.json()["by_stage"] == [{"stage": "intent", **total}]
 

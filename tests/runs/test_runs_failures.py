@@ -11,11 +11,15 @@ import httpx
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
+    RUN_END,
+    RUN_START,
+    STAGE_START,
     Harness,
     MakeHarness,
     RunResult,
     intent_direct,
     intent_needs,
+    run_cost,
     run_error_id,
     types,
     usage,
@@ -56,10 +60,12 @@ async def _assert_failed(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert result.status == 200
-    assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
-    assert result.events[:3] == [
-        {"type": "RUN_STARTED", "threadId": sid, "runId": result.run_id},
+    assert types(result.events) == [*RUN_START, *STAGE_START, "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
+    assert result.events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": result.run_id}
+    assert result.events[3:7] == [
         {"type": "STEP_STARTED", "stepName": "intent"},
+        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/agentRuntime/stage", "value": "intent"}]},
+        {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/agentRuntime/status", "value": "failed"}]},
         {"type": "STEP_FINISHED", "stepName": "intent"},
     ]
     error = result.events[-1]
@@ -117,9 +123,9 @@ async def test_a_retried_server_error_is_invisible(h: Harness, make_user: Callab
     result = await h.run(user, sid, "hello")
 
     assert len(h.stub.requests) == 2
-    assert types(result.events)[-2:] == ["CUSTOM", "RUN_FINISHED"]
-    assert result.events[-2]["value"]["modelCalls"] == 1
-    assert result.events[-2]["value"]["cost"] == "0.0002300000"
+    assert types(result.events)[-3:] == RUN_END
+    assert run_cost(result.events)["modelCalls"] == 1
+    assert run_cost(result.events)["cost"] == "0.0002300000"
     assert (await h.session(user, sid))["status"] == "completed"
 
 
@@ -168,14 +174,15 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
 
     assert len(h.stub.requests) == 5
     assert types(result.events) == [
-        "RUN_STARTED",
-        "STEP_STARTED",
+        *RUN_START,
+        *STAGE_START,
         "STEP_FINISHED",
-        "STEP_STARTED",
+        *STAGE_START,
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
         "TOOL_CALL_END",
         "TOOL_CALL_RESULT",
+        "STATE_DELTA",
         "STEP_FINISHED",
         "RUN_ERROR",
     ]

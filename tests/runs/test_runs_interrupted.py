@@ -9,7 +9,17 @@ from collections.abc import Callable
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, intent_direct, run_error_id, types, wait_for_model_call, warm_up
+from tests.runs.conftest import (
+    RUN_START,
+    STAGE_START,
+    Harness,
+    MakeHarness,
+    intent_direct,
+    run_error_id,
+    types,
+    wait_for_model_call,
+    warm_up,
+)
 
 from agent_runtime.engine.messages.store import MessageStore
 
@@ -30,7 +40,7 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         assert time.monotonic() - started < 2.0  # the grace period, then the cancel: not the model's 4 s
         result = await running
 
-        assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
+        assert types(result.events) == [*RUN_START, *STAGE_START, "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
         error = result.events[-1]
         message = "the run was cancelled (server shutting down)"
         error_id = run_error_id(error, "run_cancelled", message)

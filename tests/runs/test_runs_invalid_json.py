@@ -11,6 +11,9 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
+    RUN_END,
+    RUN_START,
+    STAGE_START,
     Harness,
     cny_cost,
     execution_done,
@@ -19,6 +22,7 @@ from tests.runs.conftest import (
     money,
     organized,
     row_dict,
+    run_cost,
     run_error_id,
     stage_of,
     text_messages,
@@ -74,14 +78,13 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
 
     deltas = result.of_type("TEXT_MESSAGE_CONTENT")
     assert types(result.events) == [
-        "RUN_STARTED",
-        "STEP_STARTED",
+        *RUN_START,
+        *STAGE_START,
         "TEXT_MESSAGE_START",
         *["TEXT_MESSAGE_CONTENT"] * len(deltas),
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
-        "CUSTOM",
-        "RUN_FINISHED",
+        *RUN_END,
     ]
     assert "".join(d["delta"] for d in deltas) == "Hello again!"
     # The repair turn: the same stage request, the rejected answer, then what was wrong with it.
@@ -119,8 +122,8 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
         _audit_row(-1, run_id, bad, error=REJECTED, billed=(500, 10, 0)),
         _audit_row(-2, run_id, good, error=None, billed=None),
     ]
-    assert result.events[-2]["value"]["cost"] == money(cny_cost(500, 10) + cny_cost(700, 20, 500))
-    assert result.events[-2]["value"]["modelCalls"] == 2
+    assert run_cost(result.events)["cost"] == money(cny_cost(500, 10) + cny_cost(700, 20, 500))
+    assert run_cost(result.events)["modelCalls"] == 2
     assert (await h.session(user, sid))["status"] == "completed"
 
 
@@ -169,7 +172,7 @@ async def test_invalid_json_exhausted_fails_the_run_and_bills_every_attempt(
 
     assert result.status == 200
     assert len(h.stub.requests) == 3  # stage_max_json_retries = 2: three attempts in all
-    assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
+    assert types(result.events) == [*RUN_START, *STAGE_START, "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
     error = result.events[-1]
     message = "stage 'intent': the model's answer did not match IntentResult after 3 attempts"
     error_id = run_error_id(error, "invalid_model_output", message)

@@ -9,6 +9,9 @@ from typing import Any
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
+    RUN_END,
+    RUN_START,
+    STAGE_START,
     Harness,
     cny_cost,
     execution_done,
@@ -17,6 +20,7 @@ from tests.runs.conftest import (
     money,
     organized,
     row_dict,
+    run_cost,
     stage_of,
     types,
     usage,
@@ -93,22 +97,34 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
     deltas = result.of_type("TEXT_MESSAGE_CONTENT")
     assert len(deltas) >= 2
     assert types(events) == [
-        "RUN_STARTED",
-        "STEP_STARTED",
+        *RUN_START,
+        *STAGE_START,
         "STEP_FINISHED",
-        "STEP_STARTED",
+        *STAGE_START,
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
         "TOOL_CALL_END",
         "TOOL_CALL_RESULT",
         "STEP_FINISHED",
-        "STEP_STARTED",
+        *STAGE_START,
         "TEXT_MESSAGE_START",
         *["TEXT_MESSAGE_CONTENT"] * len(deltas),
         "TEXT_MESSAGE_END",
         "STEP_FINISHED",
-        "CUSTOM",
-        "RUN_FINISHED",
+        *RUN_END,
+    ]
+    # The run state follows the stages: execution also says which route the intent took.
+    assert [e["delta"] for e in result.of_type("STATE_DELTA")] == [
+        [{"op": "replace", "path": "/agentRuntime/stage", "value": "intent"}],
+        [
+            {"op": "replace", "path": "/agentRuntime/stage", "value": "execution"},
+            {"op": "replace", "path": "/agentRuntime/route", "value": "NEEDS_EXECUTION"},
+        ],
+        [{"op": "replace", "path": "/agentRuntime/stage", "value": "organization"}],
+        [
+            {"op": "replace", "path": "/agentRuntime/status", "value": "completed"},
+            {"op": "replace", "path": "/agentRuntime/stage", "value": None},
+        ],
     ]
     steps = [(e["type"], e["stepName"]) for e in result.of_type("STEP_STARTED", "STEP_FINISHED")]
     assert steps == [
@@ -125,7 +141,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
     assert sorted(by_seq) == [-3, -2, -1, 1, 2, 3, 4]
     call_row, result_row, reply_row = by_seq[2], by_seq[3], by_seq[4]
     reply_id = reply_row.message_id
-    assert events[4:8] == [
+    assert events[8:12] == [
         {
             "type": "TOOL_CALL_START",
             "toolCallId": "call_calc_1",
@@ -207,7 +223,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
     assert reply_row.cost == cny_cost(1100, 30, 1000)
 
     total_cost = cny_cost(900, 40, 800) + cny_cost(1200, 20, 900) + cny_cost(1300, 60, 1200) + cny_cost(1100, 30, 1000)
-    assert events[-2]["value"] == {
+    assert run_cost(events) == {
         "currency": "CNY",
         "cost": "0.0024300000",
         "inputTokens": 4500,

@@ -61,7 +61,7 @@ async def test_a_an_answer_cut_after_text_reached_the_client_leaves_one_message_
     (partial,) = text_messages(failed.events).values()
     assert partial and "Hello there, how are you today?".startswith(partial)
     error_id = run_error_id(failed.events[-1], "llm_stream_interrupted", "The language model stream was interrupted.")
-    assert types(failed.events)[-3:] == ["MESSAGES_SNAPSHOT", "STEP_FINISHED", "RUN_ERROR"]
+    assert types(failed.events)[-4:] == ["MESSAGES_SNAPSHOT", "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
     assert (await h.session(user, sid))["error_id"] == error_id
     # The stream retracts the partial answer before RUN_ERROR: the client is left with the stored messages.
     sent = [{"id": "u-1", "role": "user", "content": "hello"}]

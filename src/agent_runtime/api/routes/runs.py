@@ -47,13 +47,17 @@ def _sse(handle: RunHandle) -> StreamingResponse:
     responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422)},
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
-    """Run the agent on a new user message; the answer streams back as AG-UI events.
+    """Run the agent on a new user message, or resume a run that stopped for approvals (`resume`: one
+    entry per interrupt of its RUN_FINISHED); the answer streams back as AG-UI events.
 
-    409 (before any event) when a run is already in progress on this session.
+    409 (before any event) when a run is already in progress on this session (`run_in_progress`), or when
+    the session waits for approvals and the request does not answer them (`interrupt_pending`).
     """
-    message = UserMessage(content=body.message, **({"id": body.message_id} if body.message_id else {}))
-    handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[message], context=body.context))
-    return _sse(handle)
+    messages = []
+    if body.message is not None:
+        messages = [UserMessage(content=body.message, **({"id": body.message_id} if body.message_id else {}))]
+    run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume)
+    return _sse(await engine.runs.start(ctx, session_id, run_input))
 
 
 @router.post(
@@ -62,6 +66,8 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
     responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422)},
 )
 async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
-    """The AG-UI endpoint: `threadId` is the session id (created on first use); messages not stored yet
-    (matched by id) are appended, and the agent runs on the last of them, which must be a user message."""
+    """The AG-UI endpoint: `threadId` is one of the caller's sessions (create it with `POST /v1/sessions`;
+    any other id is a 404, whether it exists or not). The stored thread is the truth: of `messages`, only
+    new user messages and results for pending frontend tool calls are taken (anything else is reported in a
+    CUSTOM `input_ignored` event); `resume` answers the interrupts of the previous run."""
     return _sse(await engine.runs.start_agui(ctx, body))

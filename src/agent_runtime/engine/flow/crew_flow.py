@@ -92,6 +92,9 @@ class AgentFlowState(FlowState):
     history: list[dict[str, Any]] = Field(default_factory=list)
     user_input: str = ""
     ai_language: str = "en"
+    # A turn resumed after approvals or frontend tool results: the execution stage's tool calls and results so
+    # far (wire dicts, after its request), and the intent decided by the run that stopped.
+    continuation: list[dict[str, Any]] = Field(default_factory=list)
 
     intent: IntentResult | None = None
     execution: ExecutionResult | None = None
@@ -118,6 +121,8 @@ class FlowDeps:
     max_json_retries: int = 2
     max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
     runner: FlowRunner = "thread"
+    # Never run by CrewAI: the run stops at the model's call and runs them itself once approved.
+    approval_tools: frozenset[str] = frozenset()
 
 
 class RuntimeToolAdapter(BaseTool):
@@ -127,12 +132,16 @@ class RuntimeToolAdapter(BaseTool):
 
     _toolset: RunToolSet | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+    _requires_approval: bool = PrivateAttr(default=False)
 
     @classmethod
-    def wrap(cls, tool: Tool[Any], toolset: RunToolSet, loop: asyncio.AbstractEventLoop) -> RuntimeToolAdapter:
+    def wrap(
+        cls, tool: Tool[Any], toolset: RunToolSet, loop: asyncio.AbstractEventLoop, *, requires_approval: bool = False
+    ) -> RuntimeToolAdapter:
         adapter = cls(name=tool.name, description=tool.description, args_schema=tool.args_model)
         adapter._toolset = toolset
         adapter._loop = loop
+        adapter._requires_approval = requires_approval
         return adapter
 
     def _run(self, **kwargs: Any) -> str:
@@ -148,6 +157,10 @@ class RuntimeToolAdapter(BaseTool):
     async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
         if self._toolset is None:
             raise RuntimeError("RuntimeToolAdapter was built without a tool set; use RuntimeToolAdapter.wrap()")
+        if self._requires_approval:
+            # The run stops before CrewAI gets such a call (RunGateway); reaching here would be a bug.
+            logger.error("tool %s reached CrewAI without the user's approval", self.name)
+            return ToolOutcome.failure(f"{self.name} runs only after the user approves it")
         try:
             return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
         except Exception:
@@ -207,6 +220,8 @@ class AgentFlow(Flow[AgentFlowState]):
     @start()
     async def intent(self) -> IntentResult:
         state: AgentFlowState = self.state
+        if state.intent is not None:
+            return state.intent  # a resumed turn: decided by the run that stopped for approvals
         variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
         payload = build_stage_prompt_payload(
             "intent", templates=self._require_deps().templates, system_prompt=state.system_prompt, variables=variables
@@ -301,7 +316,7 @@ class AgentFlow(Flow[AgentFlowState]):
             allow_delegation=False,
             verbose=False,
         )
-        output = await agent.kickoff_async(self._messages(stage_request(payload)), contract)
+        output = await agent.kickoff_async(self._messages(stage, stage_request(payload)), contract)
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
         result = output.pydantic
@@ -309,11 +324,13 @@ class AgentFlow(Flow[AgentFlowState]):
             raise StageOutputError(f"stage {stage!r} produced no {contract.__name__}", extra={"stage": stage})
         return result
 
-    def _messages(self, request: str) -> list[LLMMessage]:
+    def _messages(self, stage: str, request: str) -> list[LLMMessage]:
         state: AgentFlowState = self.state
         system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
+        # CrewAI keeps messages after the request (its "trailing" turns) after it: the resumed tool loop.
+        after = state.continuation if stage == "execution" else []
         # Adapter boundary: wire dicts are what CrewAI's LLMMessage TypedDict describes.
-        return cast("list[LLMMessage]", [*system, *state.history, {"role": "user", "content": request}])
+        return cast("list[LLMMessage]", [*system, *state.history, {"role": "user", "content": request}, *after])
 
     def _stage_tools(self, names: Sequence[str]) -> list[BaseTool]:
         if not names:
@@ -321,7 +338,12 @@ class AgentFlow(Flow[AgentFlowState]):
         deps = self._require_deps()
         loop = self._require_app_loop()
         toolset = deps.tool_registry.build_for_run(names, deps.user_context)
-        return [RuntimeToolAdapter.wrap(deps.tool_registry.get(name), toolset, loop) for name in names]
+        return [
+            RuntimeToolAdapter.wrap(
+                deps.tool_registry.get(name), toolset, loop, requires_approval=name in deps.approval_tools
+            )
+            for name in names
+        ]
 
     def _require_deps(self) -> FlowDeps:
         if self._deps is None:
@@ -340,14 +362,26 @@ def stage_request(payload: StagePromptPayload) -> str:
 
 
 def build_state(
-    *, system_prompt: str, history: Sequence[ChatMessage], user_input: str, ai_language: str
+    *,
+    system_prompt: str,
+    history: Sequence[ChatMessage],
+    user_input: str,
+    ai_language: str,
+    intent: IntentResult | None = None,
+    continuation: Sequence[ChatMessage] = (),
 ) -> AgentFlowState:
-    """The flow's input: `history` is the memory window (prior turns), `user_input` this turn's message."""
+    """The flow's input: `history` is the memory window (prior turns), `user_input` this turn's message.
+
+    A turn resumed after it stopped for approvals or frontend tools passes the intent it decided and the
+    execution stage's tool calls and results so far (`continuation`): the flow goes on in that stage.
+    """
     return AgentFlowState(
         system_prompt=system_prompt,
         history=[dict(to_wire(message)) for message in history],
         user_input=user_input,
         ai_language=ai_language,
+        intent=intent,
+        continuation=[dict(to_wire(message)) for message in continuation],
     )
 
 

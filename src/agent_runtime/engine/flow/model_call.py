@@ -63,3 +63,16 @@ class StageOutputError(UpstreamError):
 
 class StageCancelledError(RuntimeError):
     """The run was closed while (or before) a model call of this stage was in flight."""
+
+
+class ToolCallsPending(Exception):  # a stop, not an error: the run ends waiting for someone
+    """A model reply asked for tools the run may not run by itself (approval or frontend tools).
+
+    Raised by the run's `call_model` once the reply's tool-call row is stored and streamed; it ends the
+    stage and the flow, and the run finishes waiting (the next run continues the stage).
+    """
+
+    def __init__(self, stage: str, calls: list[ToolCallSpec]) -> None:
+        super().__init__(f"stage {stage!r} waits for tool calls: {', '.join(c.name for c in calls)}")
+        self.stage = stage
+        self.calls = calls

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
-from agent_runtime.engine.flow.tools import BUILTIN_TOOLS
+from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.profiles.models import LanguageTag
 
 AGENTS_FILE = "agents.yaml"
@@ -48,11 +48,39 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _ToolGrant(_Frozen):
+    name: str = Field(min_length=1)
+    requires_approval: bool = False
+
+
 class AgentTemplate(_Frozen):
     role: str = Field(min_length=1)
     goal: str = Field(min_length=1)
     backstory: str = Field(min_length=1)
     tools: list[str] = Field(default_factory=list)
+    requires_approval: list[str] = Field(
+        default_factory=list, description="Of `tools`, those that run only after the user approves the call."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_grants(cls, data: object) -> object:
+        # YAML: `tools: [calculator, {name: update_bio, requires_approval: true}]`.
+        if not isinstance(data, dict) or not isinstance(data.get("tools"), list):
+            return data
+        grants = []
+        for index, tool in enumerate(data["tools"]):
+            try:
+                grants.append(_ToolGrant(name=tool) if isinstance(tool, str) else _ToolGrant.model_validate(tool))
+            except ValidationError as exc:
+                error = exc.errors(include_url=False)[0]
+                where = ".".join(map(str, ["tools", index, *error["loc"]]))
+                raise ValueError(f"{where}: {error['msg']}") from None
+        return {
+            **data,
+            "tools": [grant.name for grant in grants],
+            "requires_approval": [grant.name for grant in grants if grant.requires_approval],
+        }
 
 
 class TaskTemplate(_Frozen):
@@ -197,7 +225,7 @@ def _check_agent(file: Path, stage: StageName, agent: AgentTemplate) -> None:
     if agent.tools and stage not in TOOL_STAGES:
         allowed = ", ".join(sorted(TOOL_STAGES))
         raise TemplateConfigError(f"{file}: {stage}.tools: tools can only be granted to the stages: {allowed}")
-    known = BUILTIN_TOOLS.names()
+    known = KNOWN_TOOL_NAMES
     for index, tool in enumerate(agent.tools):
         if tool not in known:
             raise TemplateConfigError(

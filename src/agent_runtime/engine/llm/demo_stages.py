@@ -26,6 +26,10 @@ _QUOTED_USER_TEXT = (
     re.compile(r"\buser\b[^\n:\"{}]*:\s*" + _JSON_STRING, re.IGNORECASE),
 )
 _TIME_WORDS = re.compile(r"\b(time|date)\b|几点|时间|日期", re.IGNORECASE)
+# "set my bio to: ...", "change my bio to ...", "update my bio: ..." (the new bio is the rest of the line).
+_NEW_BIO = re.compile(r"\bbio\b\s*(?:to\b)?\s*:?\s*(?P<bio>\S.*)", re.IGNORECASE)
+_BIO_VERB = re.compile(r"\b(set|change|update|replace|make)\b", re.IGNORECASE)
+_TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
 
 
 class DemoAnswer(BaseModel):
@@ -136,6 +140,17 @@ def asks_for_time(text: str) -> bool:
     return _TIME_WORDS.search(text) is not None
 
 
+def new_bio(text: str) -> str | None:
+    """The bio the user asks for ("set my bio to: Kayaker"), or None when the request is not one."""
+    first_line = text.split("\n\n", 1)[0]  # not the client context block the run appends
+    match = _NEW_BIO.search(first_line) if _BIO_VERB.search(first_line) else None
+    return match.group("bio").strip().strip("\"'") if match else None
+
+
+def asks_for_a_tool(text: str) -> bool:
+    return _TOOL_WORD.search(text) is not None
+
+
 def _short(text: str, limit: int = 80) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -155,8 +170,12 @@ def intent_answer(messages: list[WireMessage]) -> DemoAnswer:
     expression = find_expression(request)
     if expression is not None:
         summary, brief = f"Calculate {expression}", f"Evaluate {expression} with the calculator tool."
+    elif (bio := new_bio(request)) is not None:
+        summary, brief = "Update the profile bio", f"Set the user's bio to {json.dumps(bio, ensure_ascii=False)}."
     elif asks_for_time(request):
         summary, brief = "Tell the current date and time", "Look up the current time with the current_time tool."
+    elif asks_for_a_tool(request):
+        summary, brief = "Use a tool the app offers", f"Call the tool the user names in: {_short(request, 120)}"
     else:
         return _json(
             _Intent(
@@ -174,16 +193,30 @@ def _tool_call(tool: ToolSchema, arguments: dict[str, str], salt: int) -> WireTo
     return WireToolCall(id=f"call_demo_{digest}", function=WireFunctionCall(name=tool.function.name, arguments=encoded))
 
 
+def _named_tool_arguments(tool: ToolSchema, request: str) -> dict[str, str]:
+    # A tool the user named: each required string argument gets the user's words.
+    parameters = tool.function.parameters
+    required = parameters.get("required") or []
+    properties = parameters.get("properties") or {}
+    return {name: _short(request, 200) for name in required if (properties.get(name) or {}).get("type") == "string"}
+
+
 def choose_tool_call(tools: list[ToolSchema], request: str, salt: int) -> WireToolCall | None:
     expression = find_expression(request)
+    bio = new_bio(request)
     for tool in tools:
         name = tool.function.name.lower()
         if expression is not None and "calc" in name:
             properties = tool.function.parameters.get("properties") or {}
             argument = next(iter(properties), "expression")
             return _tool_call(tool, {argument: expression}, salt)
-        if expression is None and asks_for_time(request) and "time" in name:
+        if expression is None and bio is None and asks_for_time(request) and "time" in name:
             return _tool_call(tool, {}, salt)
+        if expression is None and bio is not None and "bio" in name:
+            return _tool_call(tool, {"bio": bio}, salt)
+    for tool in tools:
+        if re.search(rf"\b{re.escape(tool.function.name)}\b", request):
+            return _tool_call(tool, _named_tool_arguments(tool, request), salt)
     return None
 
 

@@ -16,7 +16,7 @@ from agent_runtime.engine.profiles.models import (
     parse_profile_settings,
     upgrade_to_latest,
 )
-from agent_runtime.engine.text import ClientText
+from agent_runtime.engine.text import ClientText, storable
 
 _COLUMNS = "user_id, username, bio, settings, created_at, updated_at"
 
@@ -77,6 +77,19 @@ class ProfileService:
         )
         assert row is not None
         return _row_to_profile(row)
+
+    async def set_bio(self, ctx: RequestContext, bio: str) -> str:
+        """The `update_bio` tool's write (the run's own user): only the bio changes, the rest stays."""
+        stored: str = await self._pool.fetchval(
+            """
+            INSERT INTO profiles (user_id, bio) VALUES ($1, $2)
+            ON CONFLICT (user_id) DO UPDATE SET bio = EXCLUDED.bio, updated_at = now()
+            RETURNING bio
+            """,
+            ctx.user_id,
+            storable(bio),
+        )
+        return stored
 
     async def agent_context(self, ctx: RequestContext) -> UserAgentContext:
         profile = await self.get(ctx)

@@ -1,24 +1,58 @@
-"""AG-UI `RunAgentInput` into our run input: the checks `POST /v1/sessions/{id}/runs` gets from its body model."""
+"""AG-UI `RunAgentInput` into our run input. The server's stored history is the truth:
+
+- a message already stored (matched by id) is never changed, whatever the client's copy says;
+- of the others, only user messages (a new turn) and tool messages answering a frontend tool call still
+  pending on the thread are taken; system, developer, assistant, reasoning and activity messages, and tool
+  messages that answer nothing pending, are neither stored nor shown to the model, and the run says so
+  (`RunInput.ignored`: a CUSTOM `input_ignored` event and a log line with the request id);
+- every text anywhere in the input (ids, contents, tool calls, context, tools, state, resume...) must be
+  storable: NUL or a lone surrogate is a 422 naming the field, before anything is stored.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Set
+import json
+from collections.abc import Collection, Set
 from uuid import UUID
 
-from ag_ui.core import RunAgentInput
+import ag_ui.core as agui
+from pydantic import JsonValue, ValidationError
 
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.convert import from_agui
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.runs.models import MAX_CONTEXT_ITEMS, MAX_MESSAGE_CHARS, ContextItem, RunInput
-from agent_runtime.engine.text import NUL
+from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
+from agent_runtime.engine.runs.frontend_tools import frontend_tools
+from agent_runtime.engine.runs.models import (
+    MAX_CONTEXT_ITEMS,
+    MAX_MESSAGE_CHARS,
+    MAX_NEW_MESSAGES,
+    MAX_RESUME_ENTRIES,
+    ContextItem,
+    IgnoredMessage,
+    ResumeDecision,
+    RunInput,
+)
+from agent_runtime.engine.runs.pending import PendingTurn
+from agent_runtime.engine.runs.run_state import RUN_STATE_KEY
+from agent_runtime.engine.text import storable, text_problem
+
+# The client's AG-UI state is data kept on the session; 16 KiB holds a UI's selections and drafts.
+MAX_CLIENT_STATE_BYTES = 16_384
+
+_IGNORED_ROLES = {
+    "system": "system instructions come from the server only",
+    "developer": "developer instructions come from the server only",
+    "assistant": "assistant messages are written by the server only",
+    "reasoning": "reasoning is written by the server only",
+    "activity": "activity messages are not part of the conversation",
+}
 
 
 def _invalid(message: str, loc: list[str | int], msg: str) -> ValidationFailedError:
     return ValidationFailedError(message, details=[ErrorDetail(loc=loc, msg=msg)])
 
 
-def thread_session_id(agui_input: RunAgentInput) -> UUID:
+def thread_session_id(agui_input: agui.RunAgentInput) -> UUID:
     try:
         return UUID(agui_input.thread_id)
     except ValueError as exc:
@@ -27,29 +61,120 @@ def thread_session_id(agui_input: RunAgentInput) -> UUID:
         ) from exc
 
 
-def run_input_from_agui(agui_input: RunAgentInput, stored_ids: Set[str]) -> RunInput:
-    """The messages not stored yet (matched by id; the last must be the user's turn), the context, and the
-    client's runId when it can also be our run id (a UUID), so RUN_STARTED/RUN_FINISHED echo it."""
-    new: list[ChatMessage] = []
+def _first_unstorable(value: object, path: list[str | int]) -> ErrorDetail | None:
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return None if problem is None else ErrorDetail(loc=path, msg=problem, type="unstorable_text")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            # A bad key is named with U+FFFD in its place: the error body itself must be valid UTF-8.
+            here = [*path, storable(str(key))]
+            found = _first_unstorable(key, here) or _first_unstorable(item, here)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _first_unstorable(item, [*path, index])
+            if found is not None:
+                return found
+    return None
+
+
+def check_agui_input(agui_input: agui.RunAgentInput) -> None:
+    """What needs no database: storable text everywhere, unique message ids, bounded lists."""
+    problem = _first_unstorable(agui_input.model_dump(by_alias=True), ["body"])
+    if problem is not None:
+        raise ValidationFailedError("invalid text", details=[problem])
+    seen: set[str] = set()
+    for index, message in enumerate(agui_input.messages):
+        if message.id in seen:
+            raise _invalid("duplicate message id", ["body", "messages", index, "id"], f"{message.id!r} is repeated")
+        seen.add(message.id)
+    if len(agui_input.resume or []) > MAX_RESUME_ENTRIES:
+        raise _invalid("too many resume entries", ["body", "resume"], f"at most {MAX_RESUME_ENTRIES}")
+
+
+def _client_state(state: object) -> dict[str, JsonValue] | None:
+    if state is None:
+        return None
+    if not isinstance(state, dict):
+        raise _invalid("invalid state", ["body", "state"], "must be a JSON object")
+    kept = {key: value for key, value in state.items() if key != RUN_STATE_KEY}
+    if len(json.dumps(kept, ensure_ascii=False).encode()) > MAX_CLIENT_STATE_BYTES:
+        raise _invalid("state too large", ["body", "state"], f"must be at most {MAX_CLIENT_STATE_BYTES} bytes of JSON")
+    return kept
+
+
+def _user_message(index: int, message: agui.UserMessage) -> UserMessage:
+    converted = from_agui(message)
+    assert isinstance(converted, UserMessage)
+    if not 1 <= len(converted.content) <= MAX_MESSAGE_CHARS:
+        loc: list[str | int] = ["body", "messages", index, "content"]
+        raise _invalid("invalid user message", loc, f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters")
+    return converted
+
+
+def _tool_result(index: int, message: agui.ToolMessage) -> ToolMessage:
+    converted = from_agui(message)
+    assert isinstance(converted, ToolMessage)
+    if len(converted.content) > MAX_MESSAGE_CHARS:
+        loc: list[str | int] = ["body", "messages", index, "content"]
+        raise _invalid("invalid tool result", loc, f"a tool result must have at most {MAX_MESSAGE_CHARS} characters")
+    return converted
+
+
+def _resume(entries: list[agui.ResumeEntry] | None) -> list[ResumeDecision]:
+    decisions = []
+    for index, entry in enumerate(entries or []):
+        try:
+            decisions.append(
+                ResumeDecision(interrupt_id=entry.interrupt_id, status=entry.status, payload=entry.payload)
+            )
+        except ValidationError as exc:
+            raise _invalid("invalid resume entry", ["body", "resume", index], str(exc.errors()[0]["msg"])) from None
+    return decisions
+
+
+def run_input_from_agui(
+    agui_input: agui.RunAgentInput, *, stored_ids: Set[str], pending: PendingTurn | None, server_tools: Collection[str]
+) -> RunInput:
+    """What the run takes from the input, given the thread's stored message ids and pending turn."""
+    waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
+    new: list[UserMessage] = []
+    results: list[ToolMessage] = []
+    ignored: list[IgnoredMessage] = []
     for index, message in enumerate(agui_input.messages):
         if message.id in stored_ids:
             continue
-        new.append(from_agui(message))
-        loc: list[str | int] = ["body", "messages", index, "content"]
-        if NUL in new[-1].content:
-            raise _invalid("invalid message", loc, "must not contain NUL characters")
-        if isinstance(new[-1], UserMessage) and not 1 <= len(new[-1].content) <= MAX_MESSAGE_CHARS:
-            raise _invalid("invalid user message", loc, f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters")
-    for index, item in enumerate(agui_input.context or []):
-        if NUL in item.description or NUL in item.value:
-            raise _invalid("invalid context", ["body", "context", index], "must not contain NUL characters")
-    if not new or not isinstance(new[-1], UserMessage):
+        if isinstance(message, agui.UserMessage):
+            new.append(_user_message(index, message))
+        elif isinstance(message, agui.ToolMessage) and message.tool_call_id in waiting:
+            waiting.discard(message.tool_call_id)
+            results.append(_tool_result(index, message))
+        else:
+            reason = _IGNORED_ROLES.get(message.role, "answers no pending tool call")
+            ignored.append(IgnoredMessage(id=message.id, role=message.role, reason=reason))
+    if len(new) > MAX_NEW_MESSAGES:
+        raise _invalid("too many new messages", ["body", "messages"], f"at most {MAX_NEW_MESSAGES} new user messages")
+    resume = _resume(agui_input.resume)
+    if not new and not results and not resume:
         raise _invalid(
-            "no new user message to run on", ["body", "messages"], "must end with a user message not stored yet"
+            "no new user message to run on",
+            ["body", "messages"],
+            "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
         )
     context = [ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []]
     try:
         client_run_id: UUID | None = UUID(agui_input.run_id)
     except ValueError:
         client_run_id = None
-    return RunInput(new_messages=new, context=context[:MAX_CONTEXT_ITEMS], run_id=client_run_id)
+    return RunInput(
+        new_messages=new,
+        tool_results=results,
+        resume=resume,
+        context=context[:MAX_CONTEXT_ITEMS],
+        frontend_tools=frontend_tools(agui_input.tools, server_tools),
+        client_state=_client_state(agui_input.state),
+        ignored=ignored,
+        run_id=client_run_id,
+    )

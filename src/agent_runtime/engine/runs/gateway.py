@@ -7,16 +7,25 @@ run: concurrent runs share only the process-wide `LLMClient`.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from uuid import uuid4
 
-from agent_runtime.engine.flow.model_call import AdapterEvent, ModelCall, ModelReply, ToolResultObserved
+from agent_runtime.engine.flow.model_call import (
+    AdapterEvent,
+    ModelCall,
+    ModelReply,
+    ToolCallsPending,
+    ToolResultObserved,
+)
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, ToolSchema, WireMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events import RunEvents
+from agent_runtime.engine.runs.frontend_tools import FrontendTool
 from agent_runtime.engine.runs.partial_text import AssistantTextExtractor
 from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolResultRecord
+from agent_runtime.engine.runs.run_state import RunStateTracker
 
 # Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
 ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
@@ -82,13 +91,29 @@ class _AnswerMessage:
 
 
 class RunGateway:
+    """`stops_at`: tool names the run never runs on the model's word alone (approval and frontend tools);
+    a reply calling one ends the run waiting (`ToolCallsPending`). `frontend_tools` are offered next to the
+    execution stage's own tools."""
+
     def __init__(
-        self, llm: LLMClient, events: RunEvents, recorder: RunRecorder, *, answer_message_id: str, model: str
+        self,
+        llm: LLMClient,
+        events: RunEvents,
+        recorder: RunRecorder,
+        *,
+        answer_message_id: str,
+        model: str,
+        stops_at: Collection[str] = (),
+        frontend_tools: Sequence[FrontendTool] = (),
+        state: RunStateTracker | None = None,
     ) -> None:
         self._llm = llm
         self._events = events
         self._recorder = recorder
         self._model = model
+        self._stops_at = frozenset(stops_at)
+        self._frontend_tools = [ToolSchema.model_validate(t.openai_schema()) for t in frontend_tools]
+        self._state = state
         self._answer = _AnswerMessage(events, answer_message_id)
         self._stage: str | None = None
         self.responses: list[LLMResponse] = []
@@ -103,23 +128,33 @@ class RunGateway:
             self._events.step_finished(self._stage)
             self._stage = None
 
+    def enter_stage(self, stage: str) -> None:
+        """Open `stage` before its first model call (a resumed turn's tool results belong to its stage)."""
+        self._enter(stage)
+
     def _enter(self, stage: str) -> None:
         if stage != self._stage:
             self.finish_stage()
             self._stage = stage
             self._events.step_started(stage)
+            if self._state is not None:
+                route = {"route": "NEEDS_EXECUTION"} if stage == "execution" else {}
+                self._state.update(stage=stage, **route)
 
     async def __call__(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
         self._enter(call.stage)
         answer_stage = call.stage in ANSWER_STAGES
+        tools = [ToolSchema.model_validate(t) for t in call.tools or []]
+        if call.stage == "execution":
+            tools += self._frontend_tools
         request = LLMRequest(
             model=self._model,
             messages=[WireMessage.model_validate(m) for m in call.messages],
-            tools=[ToolSchema.model_validate(t) for t in call.tools] if call.tools else None,
+            tools=tools or None,
             # Never JSON mode next to tools: DeepSeek does not document the pair, and it can keep the model from
             # calling a tool. The stage's prompt still asks for JSON and the adapter validates the answer.
-            json_mode=call.json_mode and not call.tools,
+            json_mode=call.json_mode and not tools,
             stream=answer_stage,
         )
         if answer_stage:
@@ -143,7 +178,7 @@ class RunGateway:
         else:
             response = await self._llm.complete(request)
         self.responses.append(response)
-        if response.tool_calls and call.tools:
+        if response.tool_calls and tools:
             calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
             row = await self._recorder.tool_calls(call.stage, response, calls)
             self._answer.ended()
@@ -151,6 +186,8 @@ class RunGateway:
                 self._events.tool_call(
                     tool_call_id=spec.id, name=spec.name, arguments=spec.arguments, parent_message_id=row.message_id
                 )
+            if any(spec.name in self._stops_at for spec in calls):
+                raise ToolCallsPending(call.stage, calls)
             return ModelReply(content=response.content or None, tool_calls=calls)
         self._recorder.stage_output(StageOutput(stage=call.stage, attempt=call.attempt, response=response))
         return ModelReply(content=response.content)

@@ -153,6 +153,22 @@ class RunRecorder:
         self._outputs.clear()
         return stored[-1]
 
+    def final_output(self, stage: str) -> LLMResponse | None:
+        """The last output recorded for `stage` (the one its contract accepted, once the stage is done)."""
+        output = self._outcomes().final.get(stage)
+        return output.response if output is not None else None
+
+    async def suspended(self) -> None:
+        """A run that stopped for approvals or frontend tools: its stage outputs so far, billed, as audit rows."""
+        await self.flush_tool_results()
+        outcomes = self._outcomes()
+        rejection = "rejected: did not match the stage contract"
+        rows = [self._audit(o, billed=True, error=rejection) for o in outcomes.rejected]
+        rows += [self._audit(o, billed=True) for o in outcomes.final.values()]
+        self._outputs.clear()
+        if rows:
+            await self._store.append(self._ctx, self._session_id, rows)
+
     async def failed(self, error: str) -> None:
         """Keep every model output of a failed run (and its cost) as audit rows."""
         await self.flush_tool_results()

@@ -1,0 +1,112 @@
+"""What a suspended turn waits for, stored on the session (`pending_turn`), and the client's AG-UI state.
+
+A run suspends when the model asks for a tool that needs the user's approval (an AG-UI interrupt) or for a
+frontend tool (the client runs it). The tool-call row is stored and streamed as usual; the session then
+records the turn: every call of that model reply, what kind it is, and what the execution stage needs to
+go on (its request text and the intent stage's result). Any process can serve the next run from it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from uuid import UUID
+
+import asyncpg
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.sessions.service import session_not_found
+
+CallKind = Literal["approval", "frontend", "server"]
+
+
+class PendingCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="The model's tool call id (the stored tool_call row's id).")
+    name: str
+    arguments: str
+    kind: CallKind = Field(description="approval: waits for the user; frontend: the client runs it; server: ours.")
+
+    @property
+    def interrupt_id(self) -> str:
+        return f"approve-{self.id}"
+
+
+class PendingTurn(BaseModel):
+    """A turn whose execution stage stopped at a model reply asking for tools it may not run by itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="New for every suspension; a run that read another one lost a race.")
+    run_id: str = Field(description="The run that suspended.")
+    user_input: str = Field(description="The execution stage's request text, so the resumed stage sends it again.")
+    intent: IntentResult
+    calls: list[PendingCall] = Field(min_length=1)
+
+    def of_kind(self, kind: CallKind) -> list[PendingCall]:
+        return [call for call in self.calls if call.kind == kind]
+
+
+class SessionAguiState(BaseModel):
+    pending: PendingTurn | None
+    client_state: dict[str, JsonValue] | None
+
+
+class PendingStore:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def load(self, ctx: RequestContext, session_id: UUID) -> SessionAguiState:
+        """The caller's session's pending turn and client state; 404 for a session that is not the caller's."""
+        row = await self._pool.fetchrow(
+            "SELECT pending_turn, client_state FROM agent_chat_sessions WHERE id = $1 AND user_id = $2",
+            session_id,
+            ctx.user_id,
+        )
+        if row is None:
+            raise session_not_found(session_id)
+        pending = row["pending_turn"]
+        return SessionAguiState(
+            pending=PendingTurn.model_validate(pending) if pending is not None else None,
+            client_state=row["client_state"],
+        )
+
+    async def suspend(self, ctx: RequestContext, session_id: UUID, run_id: UUID, turn: PendingTurn) -> None:
+        """Record the turn, while `run_id` still holds the session (before the run is marked finished)."""
+        await self._pool.execute(
+            """
+            UPDATE agent_chat_sessions SET pending_turn = $4
+             WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'
+            """,
+            session_id,
+            ctx.user_id,
+            run_id,
+            turn.model_dump(mode="json"),
+        )
+
+    async def take(self, ctx: RequestContext, session_id: UUID, run_id: UUID, expected: str | None) -> bool:
+        """Clear the pending turn for the run that now holds the session, if it is still the one the run was
+        planned against (`expected` id, None for none); False when another run changed it meanwhile."""
+        taken = await self._pool.fetchval(
+            """
+            UPDATE agent_chat_sessions SET pending_turn = NULL
+             WHERE id = $1 AND user_id = $2 AND run_id = $3
+               AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $4
+            RETURNING id
+            """,
+            session_id,
+            ctx.user_id,
+            run_id,
+            expected,
+        )
+        return taken is not None
+
+    async def save_client_state(self, ctx: RequestContext, session_id: UUID, state: dict[str, JsonValue]) -> None:
+        await self._pool.execute(
+            "UPDATE agent_chat_sessions SET client_state = $3 WHERE id = $1 AND user_id = $2",
+            session_id,
+            ctx.user_id,
+            state,
+        )
