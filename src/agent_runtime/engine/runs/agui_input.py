@@ -12,12 +12,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Collection, Set
 from uuid import UUID
 
 import ag_ui.core as agui
-from pydantic import JsonValue, ValidationError
+from pydantic import BaseModel, JsonValue, ValidationError
 
+from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.convert import from_agui
 from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
@@ -32,9 +34,12 @@ from agent_runtime.engine.runs.models import (
     ResumeDecision,
     RunInput,
 )
-from agent_runtime.engine.runs.pending import PendingTurn
+from agent_runtime.engine.runs.pending import PendingStore, PendingTurn, SessionAguiState
 from agent_runtime.engine.runs.run_state import RUN_STATE_KEY
 from agent_runtime.engine.text import storable, text_problem
+from agent_runtime.logging_setup import request_id_var
+
+log = logging.getLogger(__name__)
 
 # The client's AG-UI state is data kept on the session; 16 KiB holds a UI's selections and drafts.
 MAX_CLIENT_STATE_BYTES = 16_384
@@ -178,3 +183,33 @@ def run_input_from_agui(
         ignored=ignored,
         run_id=client_run_id,
     )
+
+
+class AguiRequest(BaseModel):
+    session_id: UUID
+    run_input: RunInput
+    thread: SessionAguiState
+
+
+async def read_agui_input(
+    ctx: RequestContext, agui_input: agui.RunAgentInput, pending: PendingStore, *, server_tools: Collection[str]
+) -> AguiRequest:
+    """Check the input, read the thread (its pending turn and which of the input's ids it stores, in one
+    read; 404 when it is not the caller's session), and take from the input what the run may."""
+    check_agui_input(agui_input)
+    session_id = thread_session_id(agui_input)
+    thread = await pending.load(ctx, session_id, [m.id for m in agui_input.messages])
+    run_input = run_input_from_agui(
+        agui_input, stored_ids=thread.stored_ids, pending=thread.pending, server_tools=server_tools
+    )
+    if run_input.ignored:
+        # Named explicitly: ops match this line to the response's X-Request-ID.
+        log.warning(
+            "client messages ignored",
+            extra={
+                "request_id": request_id_var.get(),
+                "session_id": str(session_id),
+                "ignored": [m.model_dump() for m in run_input.ignored],
+            },
+        )
+    return AguiRequest(session_id=session_id, run_input=run_input, thread=thread)

@@ -8,6 +8,7 @@ go on (its request text and the intent stage's result). Any process can serve th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 from uuid import UUID
 
@@ -52,61 +53,33 @@ class PendingTurn(BaseModel):
 class SessionAguiState(BaseModel):
     pending: PendingTurn | None
     client_state: dict[str, JsonValue] | None
+    stored_ids: set[str] = Field(description="Of the message ids asked about, those the session holds.")
+
+
+_LOAD_SQL = """
+SELECT pending_turn, client_state,
+       ARRAY(SELECT message_id FROM agent_chat_messages
+              WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids
+  FROM agent_chat_sessions WHERE id = $1 AND user_id = $2
+"""
 
 
 class PendingStore:
+    """Reads what a session waits for; the run's start takes it and the run's end leaves a new one, each in
+    the run's own statement (`RunStore.start` / `finish`)."""
+
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def load(self, ctx: RequestContext, session_id: UUID) -> SessionAguiState:
-        """The caller's session's pending turn and client state; 404 for a session that is not the caller's."""
-        row = await self._pool.fetchrow(
-            "SELECT pending_turn, client_state FROM agent_chat_sessions WHERE id = $1 AND user_id = $2",
-            session_id,
-            ctx.user_id,
-        )
+    async def load(self, ctx: RequestContext, session_id: UUID, message_ids: Sequence[str] = ()) -> SessionAguiState:
+        """The caller's session's pending turn, client state, and which of `message_ids` it stores, in one
+        read; 404 for a session that is not the caller's (missing or someone else's: the same answer)."""
+        row = await self._pool.fetchrow(_LOAD_SQL, session_id, ctx.user_id, list(message_ids))
         if row is None:
             raise session_not_found(session_id)
         pending = row["pending_turn"]
         return SessionAguiState(
             pending=PendingTurn.model_validate(pending) if pending is not None else None,
             client_state=row["client_state"],
-        )
-
-    async def suspend(self, ctx: RequestContext, session_id: UUID, run_id: UUID, turn: PendingTurn) -> None:
-        """Record the turn, while `run_id` still holds the session (before the run is marked finished)."""
-        await self._pool.execute(
-            """
-            UPDATE agent_chat_sessions SET pending_turn = $4
-             WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'
-            """,
-            session_id,
-            ctx.user_id,
-            run_id,
-            turn.model_dump(mode="json"),
-        )
-
-    async def take(self, ctx: RequestContext, session_id: UUID, run_id: UUID, expected: str | None) -> bool:
-        """Clear the pending turn for the run that now holds the session, if it is still the one the run was
-        planned against (`expected` id, None for none); False when another run changed it meanwhile."""
-        taken = await self._pool.fetchval(
-            """
-            UPDATE agent_chat_sessions SET pending_turn = NULL
-             WHERE id = $1 AND user_id = $2 AND run_id = $3
-               AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $4
-            RETURNING id
-            """,
-            session_id,
-            ctx.user_id,
-            run_id,
-            expected,
-        )
-        return taken is not None
-
-    async def save_client_state(self, ctx: RequestContext, session_id: UUID, state: dict[str, JsonValue]) -> None:
-        await self._pool.execute(
-            "UPDATE agent_chat_sessions SET client_state = $3 WHERE id = $1 AND user_id = $2",
-            session_id,
-            ctx.user_id,
-            state,
+            stored_ids=set(row["stored_ids"]),
         )

@@ -1,9 +1,17 @@
-"""Runs: start (atomically, 409 on a concurrent run), execute in the background, stream AG-UI events.
+"""Runs: admitted, started atomically under a lease, executed in the background, streamed as AG-UI events.
 
-The flow runs in its own task, not in the HTTP response: a client that disconnects mid-stream does
-not cancel it, so the answer is still stored (a reload shows it) and the session never stays
-`running`. Shutdown waits for runs in flight (bounded), then cancels them; a cancelled run is
-recorded as failed.
+A run's life (README "Runs under load"):
+1. Admission, before anything else: this process's MAX_CONCURRENT_RUNS (`admission.py`, 429 `server_busy`,
+   503 `shutting_down` while draining); then one statement (`store.py`) moves the session to `running`
+   under this process's lease, checks the user's limit (429 `too_many_runs`, enforced by the database on
+   every replica) and stores the input messages. Nothing starts streaming unless all of it passed.
+2. The flow runs in its own task, not in the HTTP response: a client that disconnects does not stop it,
+   and the answer is still stored. The CrewAI part runs on the bounded threads of `flow/threads.py`.
+3. The end is one statement (rows, status, totals), retried on database errors; if it never gets through,
+   the lease expires and any replica's sweep records the run as lost (`leases.py`).
+4. Shutdown (`drain`): readiness and new runs are refused at once; runs in flight get
+   SHUTDOWN_GRACE_SECONDS, then end with RUN_ERROR `run_interrupted` in their stream (and a failed
+   session with the same error_id) before their connection closes.
 """
 
 from __future__ import annotations
@@ -11,37 +19,49 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from dataclasses import dataclass
+import os
+import socket
+from dataclasses import dataclass, field
 from uuid import UUID, uuid4
 
 import asyncpg
 from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import AppError
+from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.crewai_env import configure_crewai_env
 from agent_runtime.engine.flow.templates import FlowTemplates
+from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.memory.tokens import litellm_token_counter
+from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
-from agent_runtime.engine.runs.agui_input import check_agui_input, run_input_from_agui, thread_session_id
+from agent_runtime.engine.runs.admission import Admission
+from agent_runtime.engine.runs.agui_input import read_agui_input
 from agent_runtime.engine.runs.agui_mapper import AguiStream
 from agent_runtime.engine.runs.events import RunEvents
+from agent_runtime.engine.runs.finish import RunEnding, RunFailure
+from agent_runtime.engine.runs.leases import LeaseKeeper
 from agent_runtime.engine.runs.models import RunInput
 from agent_runtime.engine.runs.pending import PendingStore, SessionAguiState
 from agent_runtime.engine.runs.recorder import RunRecorder
-from agent_runtime.engine.runs.run_events import ModelUsage
 from agent_runtime.engine.runs.run_state import RunStateTracker
-from agent_runtime.engine.runs.turn_input import TokenCounter, TurnInputs, message_token_limit, rows_to_store
-from agent_runtime.engine.runs.turn_plan import PendingChangedError, TurnPlan
-from agent_runtime.engine.runs.turn_runner import RunJob, TurnOutcome, TurnRunner
+from agent_runtime.engine.runs.store import HeldRun, RunEnd, RunIdTakenError, RunStore, StartedRun
+from agent_runtime.engine.runs.turn_input import TokenCounter, check_token_budget, message_token_limit, rows_to_store
+from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
+from agent_runtime.engine.runs.turn_runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.sessions.service import SessionService
-from agent_runtime.logging_setup import request_id_var
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Started:
+    run: StartedRun
+    plan: TurnPlan
 
 
 @dataclass(frozen=True)
@@ -51,21 +71,42 @@ class RunHandle:
     events: AguiStream
 
 
-@dataclass(frozen=True)
-class RunFailure:
-    code: str
-    message: str
+@dataclass
+class _RunJob:
+    ctx: RequestContext
+    started: StartedRun
+    turn: TurnJob
+    task: asyncio.Task[None] | None = None
+    # Set before the task is cancelled from outside: what the run's RUN_ERROR says.
+    stop_reason: RunFailure | None = None
+    # Once the end is being written, nothing cancels the run any more (the write would be torn).
+    ending: bool = False
+    route: str | None = field(default=None)
 
-    @classmethod
-    def of(cls, exc: BaseException) -> RunFailure:
-        if isinstance(exc, AppError):
-            return cls(exc.code, exc.message)
-        if isinstance(exc, TimeoutError):
-            return cls("run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS")
-        if isinstance(exc, asyncio.CancelledError):
-            return cls("run_cancelled", "the run was cancelled (server shutting down)")
-        # Never str(exc) to clients: it may carry internals; the log has the traceback under error_id.
-        return cls("internal_error", "the run failed unexpectedly")
+    @property
+    def session_id(self) -> UUID:
+        return self.started.session.id
+
+    @property
+    def run_id(self) -> UUID:
+        return self.started.run_id
+
+    @property
+    def events(self) -> RunEvents:
+        return self.turn.events
+
+    def held(self) -> HeldRun:
+        return HeldRun(session_id=self.session_id, user_id=self.ctx.user_id, run_id=self.run_id)
+
+    def stop(self, reason: RunFailure) -> None:
+        if self.task is not None and not self.task.done() and not self.ending:
+            self.stop_reason = reason
+            self.task.cancel()
+
+
+def process_owner_id() -> str:
+    """This process's name on the leases it holds (host, pid, and a nonce: pids are reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
 
 
 class RunService:
@@ -75,26 +116,32 @@ class RunService:
         pool: asyncpg.Pool,
         sessions: SessionService,
         messages: MessageStore,
-        profiles: ProfileService,
         templates: FlowTemplates,
     ) -> None:
         self._settings = settings
         self._pool = pool
         self._sessions = sessions
         self._messages = messages
-        self._profiles = profiles
         self._templates = templates
         self._llm: LLMClient | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._jobs: dict[UUID, _RunJob] = {}
         self._warm: asyncio.Task[None] | None = None
-        self._tools = engine_tools(profiles)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining: asyncio.Task[None] | None = None
+        self.admission = Admission(settings.max_concurrent_runs)
+        self.store = RunStore(pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds)
+        self._threads = FlowThreads(settings.max_concurrent_runs)
+        self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
+        self._tools = engine_tools(ProfileService(pool))
+        self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, profiles, templates, self._tools, self._pending)
-        self._inputs = TurnInputs(
-            messages,
-            {name: self._tools.get(name) for name in self._tools.names()},
-            token_limit=message_token_limit(settings.memory_max_tokens),
-            counter=self._token_counter,
+        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads)
+        self.leases = LeaseKeeper(
+            self.store,
+            heartbeat_seconds=settings.run_heartbeat_seconds,
+            sweep_seconds=settings.run_sweep_seconds,
+            held=lambda: [job.held() for job in self._jobs.values()],
+            on_lost=self._lost,
         )
         configure_crewai_env(settings.data_dir)
 
@@ -117,7 +164,7 @@ class RunService:
     async def _warm_up(self) -> None:
         """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
         (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai_env import ensure_worker_threads, load_crewai
+        from agent_runtime.engine.flow.crewai_env import load_crewai
 
         # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
         # work that neither library offers an async way to do; a worker thread keeps the loop serving
@@ -125,155 +172,157 @@ class RunService:
         await asyncio.to_thread(load_crewai, self._settings.data_dir)
         await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
         await asyncio.to_thread(self._client)
-        ensure_worker_threads(asyncio.get_running_loop(), workers=64)
         # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
         # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
         # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
         gc.freeze()
 
+    # -- start ---------------------------------------------------------------------------------------
+
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
-        return await self._start(ctx, session_id, run_input, await self._pending.load(ctx, session_id))
+        # A new turn is planned as if nothing were pending (the start then checks that in its statement);
+        # answers to interrupts need to know them first.
+        thread = await self._pending.load(ctx, session_id) if run_input.resume else None
+        return await self._start(ctx, session_id, run_input, thread)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is one of the caller's sessions. A thread id that is not the caller's
         session is a 404 whether it exists or not (new threads come from `POST /v1/sessions`), so thread
         ids cannot be probed. Messages already stored (matched by id) are history; see agui_input.py for
         what else is taken."""
-        check_agui_input(agui_input)
-        session_id = thread_session_id(agui_input)
-        thread = await self._pending.load(ctx, session_id)
-        ids = [m.id for m in agui_input.messages]
-        stored = await self._messages.existing_message_ids(ctx, session_id, ids) if ids else set()
-        run_input = run_input_from_agui(
-            agui_input, stored_ids=stored, pending=thread.pending, server_tools=self._tools.names()
-        )
-        if run_input.ignored:
-            # Named explicitly: ops match this line to the response's X-Request-ID.
-            log.warning(
-                "client messages ignored",
-                extra={
-                    "request_id": request_id_var.get(),
-                    "session_id": str(session_id),
-                    "ignored": [m.model_dump() for m in run_input.ignored],
-                },
-            )
-        return await self._start(ctx, session_id, run_input, thread)
+        request = await read_agui_input(ctx, agui_input, self._pending, server_tools=self._tools.names())
+        return await self._start(ctx, request.session_id, request.run_input, request.thread)
 
     async def _start(
-        self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState
+        self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
     ) -> RunHandle:
-        plan = await self._inputs.plan(ctx, session_id, run_input, thread.pending)
-        run_id = run_input.run_id
-        if run_id is None or await self._messages.run_id_used(ctx, session_id, run_id):
-            # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.
-            run_id = uuid4()
-        await self._sessions.start_run(ctx, session_id, run_id)
-        expected = plan.pending.id if plan.pending is not None else None
-        if not await self._pending.take(ctx, session_id, run_id, expected):
-            # Another run changed what the thread waits for between our check and our start.
-            await self._sessions.finish_run(ctx, session_id, run_id, "completed")
-            raise PendingChangedError("the thread changed while this run was starting; send it again")
-        await self._store_input(ctx, session_id, run_id, run_input, plan)
-        if run_input.client_state is not None and run_input.client_state != thread.client_state:
-            await self._pending.save_client_state(ctx, session_id, run_input.client_state)
-        stream = AguiStream(thread_id=str(session_id), run_id=str(run_id))
+        plan = plan_turn(run_input, thread.pending if thread else None, self._tool_map)
+        limit = message_token_limit(self._settings.memory_max_tokens)
+        await check_token_budget(
+            [*run_input.new_messages, *run_input.tool_results], limit=limit, counter=self._token_counter
+        )
+        self.admission.admit()
+        try:
+            admitted = await self._start_in_db(ctx, session_id, run_input, plan)
+        except BaseException:
+            self.admission.release()
+            raise
+        started = admitted.run
+        stream = AguiStream(thread_id=str(session_id), run_id=str(started.run_id))
         events = RunEvents(stream.emit)
         events.run_started()
         if run_input.ignored:
             events.notice("input_ignored", {"messages": [m.model_dump() for m in run_input.ignored]})
-        state = RunStateTracker(events, str(run_id))
-        client_state = run_input.client_state if run_input.client_state is not None else thread.client_state
-        job = RunJob(ctx, session_id, run_id, run_input, plan, client_state, events, state)
-        task = asyncio.create_task(self._execute(job), name=f"run-{run_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return RunHandle(session_id=session_id, run_id=run_id, events=stream)
+        client_state = run_input.client_state
+        if client_state is None and thread is not None:
+            client_state = thread.client_state
+        turn = TurnJob(
+            ctx=ctx,
+            session_id=session_id,
+            run_id=started.run_id,
+            profile=started.profile,
+            run_input=run_input,
+            plan=admitted.plan,
+            client_state=client_state,
+            events=events,
+            state=RunStateTracker(events, str(started.run_id)),
+        )
+        job = _RunJob(ctx, started, turn)
+        self._jobs[started.run_id] = job
+        job.task = asyncio.create_task(self._execute(job), name=f"run-{started.run_id}")
+        return RunHandle(session_id=session_id, run_id=started.run_id, events=stream)
 
-    async def _store_input(
-        self, ctx: RequestContext, session_id: UUID, run_id: UUID, run_input: RunInput, plan: TurnPlan
-    ) -> None:
-        try:
-            # Stored before any model call: whatever happens next, the user's message is kept.
-            await self._messages.append(ctx, session_id, rows_to_store(run_input, plan, run_id))
-        except BaseException as exc:
-            # The session names this error_id like any failed run: the log line must carry it too.
-            error_id = uuid4().hex
-            log.error(
-                "could not store the run's messages",
-                exc_info=None if isinstance(exc, AppError) else exc,
-                extra={"run_id": str(run_id), "session_id": str(session_id), "error_id": error_id},
-            )
-            await self._sessions.finish_run(ctx, session_id, run_id, "failed", error_id=error_id)
-            raise
+    async def _start_in_db(
+        self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan
+    ) -> _Started:
+        run_id = run_input.run_id or uuid4()
+        swept = False
+        while True:
+            expected = plan.pending.id if plan.pending is not None else None
+            try:
+                started = await self.store.start(
+                    ctx,
+                    session_id,
+                    run_id,
+                    rows_to_store(run_input, plan, run_id),
+                    pending_id=expected,
+                    client_state=run_input.client_state,
+                )
+            except RunIdTakenError:
+                # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.
+                run_id = uuid4()
+                continue
+            if started is not None:
+                return _Started(run=started, plan=plan)
+            thread = await self._pending.load(ctx, session_id)
+            if (thread.pending.id if thread.pending else None) != expected:
+                # The session waits for something else than planned (approvals, say): plan again, which
+                # refuses the run if it does not answer them (409 interrupt_pending).
+                plan = plan_turn(run_input, thread.pending, self._tool_map)
+                continue
+            if swept:
+                raise RunInProgressError(f"session {session_id} already has a run in progress")
+            # Its run may be one whose process died and whose lease expired since the last sweep.
+            swept = True
+            await self.leases.sweep_once()
 
-    async def _execute(self, job: RunJob) -> None:
+    # -- execute -------------------------------------------------------------------------------------
+
+    async def _execute(self, job: _RunJob) -> None:
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
         try:
-            async with asyncio.timeout(self._settings.run_timeout_seconds):
-                await self._turns.snapshots(job)
-                await asyncio.shield(self.ensure_warm())
-                # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
-                from agent_runtime.engine.runs.gateway import RunGateway
+            try:
+                async with asyncio.timeout(self._settings.run_timeout_seconds):
+                    await self._turns.snapshots(job.turn)
+                    await asyncio.shield(self.ensure_warm())
+                    # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
+                    from agent_runtime.engine.runs.gateway import RunGateway
 
-                gateway = RunGateway(
-                    self._client(),
-                    job.events,
-                    recorder,
-                    answer_message_id=str(uuid4()),
-                    model=self._settings.effective_llm_model,
-                    stops_at=[*self._turns.approval_tools, *(t.name for t in job.run_input.frontend_tools)],
-                    frontend_tools=job.run_input.frontend_tools,
-                    state=job.state,
-                )
-                outcome = await self._turns.run(job, gateway, recorder)
-            # Outside the timeout, and the last await: once the session says `completed`, a timeout or an
-            # error must not follow with RUN_ERROR (failing the run would then be a no-op on the session).
-            await self._sessions.finish_run(job.ctx, job.session_id, job.run_id, "completed")
-        except BaseException as exc:
-            await self._fail(job, recorder, exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        self._announce(job, outcome)
+                    gateway = RunGateway(
+                        self._client(),
+                        job.events,
+                        recorder,
+                        answer_message_id=str(uuid4()),
+                        model=self._settings.effective_llm_model,
+                        stops_at=[*self._turns.approval_tools, *(t.name for t in job.turn.run_input.frontend_tools)],
+                        frontend_tools=job.turn.run_input.frontend_tools,
+                        state=job.turn.state,
+                    )
+                    result = await self._turns.run(job.turn, gateway, recorder)
+            except BaseException as exc:
+                failure = job.stop_reason or RunFailure.of(exc)
+                await self._fail(job, failure, recorder.failed_rows(f"{failure.code}: {failure.message}"), exc)
+                if not isinstance(exc, Exception) and job.stop_reason is None:
+                    raise  # cancelled by someone who did not say why (e.g. the loop closing): stay cancelled
+                return
+            job.ending = True
+            job.route = result.route
+            waiting = result.waiting.model_dump(mode="json") if result.waiting is not None else None
+            end = await self._ending.record(job.ctx, job.started, "completed", result.rows, waiting=waiting)
+            if end is None:
+                # The rows could not be stored (logged with the cause): record at least the failure.
+                lost = RunFailure("internal_error", "the run's result could not be stored")
+                await self._fail(job, lost, [], None)
+                return
+            await self._announce(job, end, result)
+        finally:
+            self._jobs.pop(job.run_id, None)
+            self.admission.release()
 
-    def _announce(self, job: RunJob, outcome: TurnOutcome) -> None:
-        totals = outcome.totals
-        model = self._settings.effective_llm_model
-        job.events.notice(
-            "run_cost",
-            {
-                "currency": totals.currency,
-                "cost": format(totals.cost, "f"),
-                "inputTokens": totals.input_tokens,
-                "outputTokens": totals.output_tokens,
-                "cachedInputTokens": totals.cached_tokens,
-                "modelCalls": totals.model_calls,
-                "demo": self._settings.is_demo_model,
-            },
-        )
-        usage = ModelUsage(
-            model=model,
-            input_tokens=totals.input_tokens,
-            output_tokens=totals.output_tokens,
-            cached_input_tokens=totals.cached_tokens,
-        )
-        job.state.update(
-            status="interrupted" if outcome.interrupts else "completed",
-            stage=None,
-            route=outcome.route,
-            pending_tool_call_ids=list(outcome.pending_tool_call_ids),
-            interrupts=[i.id for i in outcome.interrupts],
-        )
-        job.events.run_finished(
-            usage=[usage], pending_tool_call_ids=outcome.pending_tool_call_ids, interrupts=outcome.interrupts
-        )
-        log.info("run completed", extra={"run_id": str(job.run_id), "route": outcome.route, "cost": str(totals.cost)})
+    async def _announce(self, job: _RunJob, end: RunEnd, result: TurnResult) -> None:
+        if result.answer_message_id is not None:
+            try:
+                await self._turns.retract_unstored_text(job.turn, keep=result.answer_message_id)
+            except Exception:
+                log.exception("could not send the run's messages snapshot", extra={"run_id": str(job.run_id)})
+        totals = end.totals
+        self._turns.finished(job.turn, totals, result)
+        log.info("run completed", extra={"run_id": str(job.run_id), "route": job.route, "cost": str(totals.cost)})
 
-    async def _fail(self, job: RunJob, recorder: RunRecorder, exc: BaseException) -> None:
+    async def _fail(self, job: _RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
         error_id = uuid4().hex
-        failure = RunFailure.of(exc)
         log.error(
             "run failed",
             exc_info=exc if failure.code == "internal_error" else None,
@@ -285,29 +334,59 @@ class RunService:
                 "reason": failure.message,
             },
         )
-        # Shielded: when the run is being cancelled, its failure must still be written.
+        job.ending = True
         try:
-            await asyncio.shield(self._record_failure(job, recorder, error_id, f"{failure.code}: {failure.message}"))
-        finally:
-            job.state.update(status="failed")
-            job.events.run_error(code=failure.code, message=f"{failure.message} (error_id {error_id})")
-
-    async def _record_failure(self, job: RunJob, recorder: RunRecorder, error_id: str, reason: str) -> None:
-        try:
-            await recorder.failed(reason)
-        except Exception:
-            log.exception("could not store the outputs of a failed run", extra={"run_id": str(job.run_id)})
-        await self._sessions.finish_run(job.ctx, job.session_id, job.run_id, "failed", error_id=error_id)
-        try:
-            await self._turns.retract_unstored_text(job, keep=None)
+            await self._ending.record(job.ctx, job.started, "failed", rows, error_code=failure.code, error_id=error_id)
+            await self._turns.retract_unstored_text(job.turn, keep=None)
         except Exception:
             log.exception("could not send the failed run's messages snapshot", extra={"run_id": str(job.run_id)})
+        finally:
+            job.turn.state.update(status="failed")
+            job.events.run_error(code=failure.code, message=f"{failure.message} (error_id {error_id})")
+
+    # -- process life --------------------------------------------------------------------------------
+
+    def start_background(self) -> None:
+        """Start the lease keeper (renewals and sweeps); the lifespan calls it once, on the app's loop."""
+        self._loop = asyncio.get_running_loop()
+        self.leases.start()
+
+    def request_drain(self) -> None:
+        """Start draining on the app's loop; safe from a signal handler or another thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        self.admission.draining = True
+        if self._draining is None:
+            self._draining = asyncio.create_task(self.drain(), name="drain")
+
+    def _lost(self, run_ids: set[UUID]) -> None:
+        for run_id in run_ids:
+            job = self._jobs.get(run_id)
+            if job is not None:
+                job.stop(RunFailure("run_lost", "the run lost its lease on the session (it was taken over)"))
+
+    async def drain(self) -> None:
+        """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; end the rest with `run_interrupted`.
+
+        Idempotent: the server calls it when the shutdown signal arrives (while the streams are still open,
+        so their RUN_ERROR reaches the clients), the lifespan again at the end.
+        """
+        self.admission.draining = True
+        tasks = {job.task for job in self._jobs.values() if job.task is not None}
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
+        interrupted = RunFailure("run_interrupted", "the server shut down before the run finished")
+        for job in list(self._jobs.values()):
+            job.stop(interrupted)
+        if pending:
+            # Their failure is written in one statement each; a database that does not answer leaves them
+            # to the sweep of another replica (their leases expire).
+            await asyncio.wait(pending, timeout=5)
 
     async def aclose(self) -> None:
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=self._settings.shutdown_grace_seconds)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+        await (self._draining if self._draining is not None else self.drain())
+        await self.leases.stop()
+        self._threads.shutdown()

@@ -1,7 +1,5 @@
-"""Checks on what a run adds to the thread, before the run starts (a refused request leaves nothing behind).
+"""What a run adds to the thread, checked before the run starts (a refused request leaves nothing behind).
 
-- The plan against the thread's pending turn (turn_plan.py): 409 `interrupt_pending`, 422 for bad resumes.
-- A client message id already stored is a 409 (AG-UI input has dropped those before: they are history).
 - No message escapes the memory window's token budget: a user message or client tool result may take at
   most half of `MEMORY_MAX_TOKENS` (the rest is for the system prompt and the turn's other messages), else
   a 422 naming the limit. Counting needs LiteLLM's tokenizer, so only a text longer in UTF-8 bytes than the
@@ -10,20 +8,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
-from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import ConflictError, ErrorDetail, ValidationFailedError
-from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata
 from agent_runtime.engine.memory.postgres import to_new_message
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.runs.models import RunInput
-from agent_runtime.engine.runs.pending import PendingTurn
-from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
+from agent_runtime.engine.runs.turn_plan import TurnPlan
 
 # Role framing the tokenizer adds around a message's text.
 _FRAMING_TOKENS = 16
@@ -54,32 +47,6 @@ async def check_token_budget(
                     )
                 ],
             )
-
-
-class TurnInputs:
-    def __init__(
-        self,
-        messages: MessageStore,
-        tools: Mapping[str, Tool[Any]],
-        *,
-        token_limit: int,
-        counter: Callable[[], Awaitable[TokenCounter]],
-    ) -> None:
-        self._messages = messages
-        self._tools = tools
-        self._token_limit = token_limit
-        self._counter = counter
-
-    async def plan(
-        self, ctx: RequestContext, session_id: UUID, run_input: RunInput, pending: PendingTurn | None
-    ) -> TurnPlan:
-        plan = plan_turn(run_input, pending, self._tools)
-        ids = [m.id for m in [*run_input.new_messages, *run_input.tool_results]]
-        if ids and await self._messages.existing_message_ids(ctx, session_id, ids):
-            raise ConflictError("a message with this id is already stored in this session")
-        added: list[ChatMessage] = [*run_input.new_messages, *run_input.tool_results]
-        await check_token_budget(added, limit=self._token_limit, counter=self._counter)
-        return plan
 
 
 def rows_to_store(run_input: RunInput, plan: TurnPlan, run_id: UUID) -> list[NewMessage]:

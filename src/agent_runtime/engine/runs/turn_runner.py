@@ -21,25 +21,26 @@ from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.model_call import ToolCallsPending
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
+from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import ToolRegistry
 from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
 from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
-from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.profiles.models import Profile, UserAgentContext
 from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.model_history import split_turn
 from agent_runtime.engine.runs.models import ContextItem, RunInput
-from agent_runtime.engine.runs.pending import PendingStore
+from agent_runtime.engine.runs.pending import PendingTurn
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.runs.resume import run_decisions
-from agent_runtime.engine.runs.run_events import PendingInterrupt
+from agent_runtime.engine.runs.run_events import ModelUsage, PendingInterrupt
 from agent_runtime.engine.runs.run_state import RunStateTracker
 from agent_runtime.engine.runs.suspension import intent_of, suspension
 from agent_runtime.engine.runs.thread_view import visible_thread
 from agent_runtime.engine.runs.turn_plan import TurnPlan
 from agent_runtime.engine.usage.models import UsageTotals
-from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class RunJob:
+class TurnJob:
+    """What a run's turn needs: the caller, the run, its input and plan, and the run's event emitters."""
+
     ctx: RequestContext
     session_id: UUID
     run_id: UUID
+    profile: Profile
     run_input: RunInput
     plan: TurnPlan
     client_state: dict[str, JsonValue] | None
@@ -59,9 +63,14 @@ class RunJob:
 
 
 @dataclass(frozen=True)
-class TurnOutcome:
+class TurnResult:
+    """How the turn ended: the rows its end writes (with the run's status, in one statement), and either the
+    stored answer's message id or what the turn now waits for (`waiting`, stored on the session)."""
+
+    rows: list[NewMessage]
     route: str | None
-    totals: UsageTotals
+    answer_message_id: str | None = None
+    waiting: PendingTurn | None = None
     interrupts: list[PendingInterrupt] = field(default_factory=list)
     pending_tool_call_ids: list[str] = field(default_factory=list)
 
@@ -79,33 +88,34 @@ class TurnRunner:
         settings: Settings,
         pool: asyncpg.Pool,
         messages: MessageStore,
-        profiles: ProfileService,
         templates: FlowTemplates,
         tools: ToolRegistry,
-        pending: PendingStore,
+        threads: FlowThreads,
     ) -> None:
         self._settings = settings
         self._pool = pool
         self._messages = messages
-        self._profiles = profiles
         self._templates = templates
         self._tools = tools
-        self._pending = pending
+        self._threads = threads
 
     @property
     def approval_tools(self) -> list[str]:
         return self._templates.execution.agent.requires_approval
 
-    async def snapshots(self, job: RunJob) -> None:
+    async def snapshots(self, job: TurnJob) -> None:
         """The thread as stored (a fresh page or a second device restores it from the stream alone) and the
         run state, first thing in every run."""
         job.events.messages_snapshot(await visible_thread(self._messages, job.ctx, job.session_id))
         job.state.snapshot(job.client_state)
 
-    async def run(self, job: RunJob, gateway: RunGateway, recorder: RunRecorder) -> TurnOutcome:
+    async def run(self, job: TurnJob, gateway: RunGateway, recorder: RunRecorder) -> TurnResult:
         from agent_runtime.engine.flow.crew_flow import FlowDeps, build_state, run_agent_flow
 
-        agent_ctx = await self._profiles.agent_context(job.ctx)
+        profile = job.profile
+        agent_ctx = UserAgentContext(
+            user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
+        )
         pending = job.plan.pending if job.plan.continues else None
         if pending is not None:
             gateway.enter_stage("execution")
@@ -129,6 +139,7 @@ class TurnRunner:
             tool_registry=self._tools,
             sink=gateway.sink,
             max_json_retries=self._settings.stage_max_json_retries,
+            threads=self._threads,
             approval_tools=frozenset(self.approval_tools),
         )
         try:
@@ -136,20 +147,18 @@ class TurnRunner:
         except ToolCallsPending as stop:
             gateway.finish_stage()
             intent = pending.intent if pending else intent_of(recorder.final_output("intent"))
-            return await self._suspend(job, recorder, stop, user_input=user_input, intent=intent)
+            return self._suspended(job, recorder, stop, user_input=user_input, intent=intent)
         answer_stage = "intent" if final.route == "DIRECT_EXECUTION" else "organization"
         answer = final.assistant_text or ""
         gateway.stream_rest_of_answer(answer)
         gateway.finish_stage()
-        await recorder.completed(
+        rows = recorder.completed_rows(
             answer_stage=answer_stage,
             answer_text=answer,
             message_id=gateway.answer_message_id,
             demo=self._settings.is_demo_model,
         )
-        await self.retract_unstored_text(job, keep=gateway.answer_message_id)
-        totals = await run_totals(self._pool, job.ctx, job.session_id, str(job.run_id))
-        return TurnOutcome(route=final.route, totals=totals)
+        return TurnResult(rows=rows, route=final.route, answer_message_id=gateway.answer_message_id)
 
     def _window(self, ctx: RequestContext) -> MessageWindowChatMemory:
         return MessageWindowChatMemory(
@@ -161,9 +170,9 @@ class TurnRunner:
             ),
         )
 
-    async def _suspend(
-        self, job: RunJob, recorder: RunRecorder, stop: ToolCallsPending, *, user_input: str, intent: IntentResult
-    ) -> TurnOutcome:
+    def _suspended(
+        self, job: TurnJob, recorder: RunRecorder, stop: ToolCallsPending, *, user_input: str, intent: IntentResult
+    ) -> TurnResult:
         """The model asked for approval or frontend tools: the turn waits on the session for the next run."""
         waiting = suspension(
             stop,
@@ -174,17 +183,47 @@ class TurnRunner:
             frontend=[t.name for t in job.run_input.frontend_tools],
             tools={name: self._tools.get(name) for name in self._tools.names()},
         )
-        await recorder.suspended()
-        await self._pending.suspend(job.ctx, job.session_id, job.run_id, waiting.turn)
-        totals = await run_totals(self._pool, job.ctx, job.session_id, str(job.run_id))
-        return TurnOutcome(
+        return TurnResult(
+            rows=recorder.suspended_rows(),
             route=intent.route,
-            totals=totals,
+            waiting=waiting.turn,
             interrupts=waiting.interrupts,
             pending_tool_call_ids=waiting.pending_tool_call_ids,
         )
 
-    async def retract_unstored_text(self, job: RunJob, *, keep: str | None) -> None:
+    def finished(self, job: TurnJob, totals: UsageTotals, result: TurnResult) -> None:
+        """The run's last events: its cost, its final state, RUN_FINISHED (with what it waits for, if anything)."""
+        model = self._settings.effective_llm_model
+        job.events.notice(
+            "run_cost",
+            {
+                "currency": totals.currency,
+                "cost": format(totals.cost, "f"),
+                "inputTokens": totals.input_tokens,
+                "outputTokens": totals.output_tokens,
+                "cachedInputTokens": totals.cached_tokens,
+                "modelCalls": totals.model_calls,
+                "demo": self._settings.is_demo_model,
+            },
+        )
+        usage = ModelUsage(
+            model=model,
+            input_tokens=totals.input_tokens,
+            output_tokens=totals.output_tokens,
+            cached_input_tokens=totals.cached_tokens,
+        )
+        job.state.update(
+            status="interrupted" if result.interrupts else "completed",
+            stage=None,
+            route=result.route,
+            pending_tool_call_ids=list(result.pending_tool_call_ids),
+            interrupts=[i.id for i in result.interrupts],
+        )
+        job.events.run_finished(
+            usage=[usage], pending_tool_call_ids=result.pending_tool_call_ids, interrupts=result.interrupts
+        )
+
+    async def retract_unstored_text(self, job: TurnJob, *, keep: str | None) -> None:
         """Streamed text that is not a stored message (an answer cut off, or an attempt the retry replaced)
         cannot be unsaid in AG-UI; a MESSAGES_SNAPSHOT of the stored thread makes clients drop it, so every
         answer is one message on the client as in storage."""
