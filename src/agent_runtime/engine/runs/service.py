@@ -213,9 +213,6 @@ class RunService:
         events.run_started()
         if run_input.ignored:
             events.notice("input_ignored", {"messages": [m.model_dump() for m in run_input.ignored]})
-        client_state = run_input.client_state
-        if client_state is None and thread is not None:
-            client_state = thread.client_state
         turn = TurnJob(
             ctx=ctx,
             session_id=session_id,
@@ -223,7 +220,7 @@ class RunService:
             profile=started.profile,
             run_input=run_input,
             plan=admitted.plan,
-            client_state=client_state,
+            client_state=started.client_state,
             events=events,
             state=RunStateTracker(events, str(started.run_id)),
         )

@@ -52,7 +52,7 @@ WITH started AS (
      WHERE id = $1 AND user_id = $2 AND status <> 'running'
        -- The run was planned against this pending turn (engine/runs/pending.py), or none: it takes it.
        AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $18::text
-    RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq
+    RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state
 ), run AS (
     INSERT INTO agent_runs (id, session_id, user_id) SELECT $3::uuid, id, $2 FROM started
 ), inserted AS (
@@ -142,6 +142,7 @@ class StartedRun(BaseModel):
     run_id: UUID
     first_seq: int
     profile: Profile
+    client_state: dict[str, JsonValue] | None = Field(default=None, description="The session's AG-UI state.")
 
 
 class RunEnd(BaseModel):
@@ -223,7 +224,13 @@ class RunStore:
             await self._require_session(ctx, session_id)
             return None
         profile = default_profile(ctx) if row["profile"] is None else row_to_profile(row["profile"])
-        return StartedRun(session=row_to_session(row), run_id=run_id, first_seq=row["first_seq"], profile=profile)
+        return StartedRun(
+            session=row_to_session(row),
+            run_id=run_id,
+            first_seq=row["first_seq"],
+            profile=profile,
+            client_state=row["client_state"],
+        )
 
     async def _require_session(self, ctx: RequestContext, session_id: UUID) -> None:
         found = await self._pool.fetchval(

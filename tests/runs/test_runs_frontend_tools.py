@@ -1,0 +1,149 @@
+"""Frontend tools (`RunAgentInput.tools`): offered to the execution stage next to the server's tools; a call
+ends the run with outcome success and `pendingToolCallIds`; the client's tool messages continue the stage."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.conftest import User
+from tests.runs.conftest import (
+    Harness,
+    execution_done,
+    intent_needs,
+    organized,
+    stage_of,
+    text_messages,
+    types,
+)
+from tests.stubs.deepseek_stub import StubReply, StubToolCall
+
+CONFETTI = {
+    "name": "show_confetti",
+    "description": "Celebrate on the user's screen.",
+    "parameters": {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
+}
+CALL = StubToolCall(id="call_fe_1", name="show_confetti", arguments='{"color": "gold"}')
+
+
+def _input(sid: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"threadId": sid, "runId": "r", "messages": messages, "tools": tools if tools is not None else [CONFETTI]}
+
+
+async def _waiting(h: Harness, user: User) -> tuple[str, list[dict[str, Any]]]:
+    sid = await h.new_session(user)
+    h.stub.enqueue(intent_needs("Celebrate with the confetti tool."), StubReply(tool_calls=[CALL]))
+    messages = [{"id": "u-1", "role": "user", "content": "celebrate with show_confetti!"}]
+    result = await h.agui(user, _input(sid, messages))
+    assert result.status == 200, result.body
+    assert result.events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call_fe_1"]}
+    return sid, result.events
+
+
+async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continues_it(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid, events = await _waiting(h, user)
+
+    # Offered to the execution stage only, next to the server's tools; never run by the server.
+    execution = h.stub.requests[1]
+    assert stage_of(execution) == "execution"
+    offered = [t["function"]["name"] for t in execution.body["tools"]]
+    assert offered == ["current_time", "calculator", "update_bio", "show_confetti"]
+    assert "response_format" not in execution.body
+    assert [t["function"]["name"] for t in h.stub.requests[0].body.get("tools", [])] == []
+    start = next(e for e in events if e["type"] == "TOOL_CALL_START")
+    assert (start["toolCallId"], start["toolCallName"]) == ("call_fe_1", "show_confetti")
+    assert not [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert next(e for e in reversed(events) if e["type"] == "STATE_DELTA")["delta"] == [
+        {"op": "replace", "path": "/agentRuntime/status", "value": "completed"},
+        {"op": "replace", "path": "/agentRuntime/stage", "value": None},
+        {"op": "replace", "path": "/agentRuntime/pendingToolCallIds", "value": ["call_fe_1"]},
+    ]
+
+    h.stub.enqueue(execution_done("Confetti shown.", {"shown": True}), organized("Congratulations!"))
+    history = [
+        {"id": "u-1", "role": "user", "content": "celebrate with show_confetti!"},
+        {"id": "t-1", "role": "tool", "toolCallId": "call_fe_1", "content": '{"shown": true}'},
+    ]
+    resumed = await h.agui(user, _input(sid, history))
+
+    assert types(resumed.events)[-1] == "RUN_FINISHED", resumed.body
+    assert "outcome" not in resumed.events[-1]
+    assert list(text_messages(resumed.events).values()) == ["Congratulations!"]
+    continued = h.stub.requests[2]
+    assert stage_of(continued) == "execution"
+    assert continued.messages[-1] == {"role": "tool", "content": '{"shown": true}', "tool_call_id": "call_fe_1"}
+    visible = await h.visible(user, sid)
+    assert [(m["role"], m["message_id"] if m["role"] == "tool" else m["metadata"]["kind"]) for m in visible] == [
+        ("user", "user_input"),
+        ("assistant", "tool_call"),
+        ("tool", "t-1"),
+        ("assistant", "assistant_output"),
+    ]
+
+
+async def test_a_new_user_message_instead_of_the_result_closes_the_call(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid, _ = await _waiting(h, user)
+    h.stub.enqueue(
+        StubReply(
+            content=json.dumps(
+                {"route": "DIRECT_EXECUTION", "assistant_text": "OK.", "intent_summary": "chat", "safety_flags": []}
+            )
+        )
+    )
+
+    moved_on = await h.agui(user, _input(sid, [{"id": "u-2", "role": "user", "content": "never mind"}]))
+
+    assert types(moved_on.events)[-1] == "RUN_FINISHED", moved_on.body
+    visible = await h.visible(user, sid)
+    assert [(m["role"], m["content"]) for m in visible][1:4] == [
+        ("assistant", ""),
+        ("tool", '{"error": "the client did not run this tool"}'),
+        ("user", "never mind"),
+    ]
+    # The model sees the call closed, so the provider gets a complete tool exchange.
+    sent = h.stub.requests[-1].messages
+    assert [m["role"] for m in sent][1:4] == ["user", "assistant", "tool"]
+
+
+@pytest.mark.parametrize(
+    ("tools", "loc", "msg"),
+    [
+        ([CONFETTI, CONFETTI], ["body", "tools", 1, "name"], "duplicate tool name 'show_confetti'"),
+        ([{**CONFETTI, "name": "calculator"}], ["body", "tools", 0, "name"], "'calculator' is a server tool's name"),
+        (
+            [{**CONFETTI, "name": "bad name!"}],
+            ["body", "tools", 0, "name"],
+            "must be 1 to 64 letters, digits, '_' or '-'",
+        ),
+        ([{**CONFETTI, "name": f"t{i}"} for i in range(11)], ["body", "tools"], "at most 10 tools per run"),
+        (
+            [{**CONFETTI, "parameters": {"type": "object", "description": "x" * 9000}}],
+            ["body", "tools", 0, "parameters"],
+            "must be at most 8192 bytes of JSON",
+        ),
+        (
+            [{**CONFETTI, "parameters": {"type": "string"}}],
+            ["body", "tools", 0, "parameters"],
+            'must be a JSON schema of an object ({"type": "object", ...})',
+        ),
+    ],
+)
+async def test_frontend_tools_are_validated_before_the_run(
+    h: Harness, make_user: Callable[[], User], tools: list[dict[str, Any]], loc: list[Any], msg: str
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+
+    response = await h.agui(user, _input(sid, [{"id": "u-1", "role": "user", "content": "hi"}], tools))
+
+    assert response.status == 422, response.body
+    assert json.loads(response.body)["error"]["details"] == [{"loc": loc, "msg": msg, "type": None}]
+    assert await h.rows(user, sid) == [] and h.stub.requests == []
