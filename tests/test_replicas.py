@@ -18,7 +18,7 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from tests.conformance.test_agui_client import Case, assert_accepted, ensure_client_installed, run_client
+from tests.conformance.harness import Case, assert_accepted, ensure_client_installed, run_client
 from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply

@@ -1,10 +1,19 @@
-// Runs one AG-UI run with the official TypeScript client (`@ag-ui/client`) and prints a JSON summary.
+// Runs AG-UI runs with the official TypeScript client (`@ag-ui/client`) and prints a JSON summary.
 //
 // Input (JSON, first argument or stdin):
 //   {"url": "...", "headers": {"Authorization": "Bearer ..."}, "threadId": "<uuid>", "runId"?: "...",
-//    "messages": [{"id": "...", "role": "user", "content": "..."}], "timeoutMs"?: 30000}
+//    "messages": [{"id": "...", "role": "user", "content": "..."}], "state"?: {...}, "timeoutMs"?: 30000,
+//    "steps"?: [step, ...]}
+// Without `steps`, one run. Each step is one `runAgent()` on the same HttpAgent (so the client's own
+// bookkeeping, e.g. its pending interrupts, carries over), after preparing it:
+//   {"tools"?: [...frontend tools],                       passed to runAgent
+//    "resume"?: {"status": "resolved"|"cancelled", "payload"?: ...},  one entry per pending interrupt
+//    "answerPendingTools"?: "<content>",                   a tool message per pending tool call of the last run
+//    "addMessages"?: [{"id", "role", "content"}],          appended to the agent's messages
+//    "newAgent"?: true}                                    a second HttpAgent (another device) with this agent's
+//                                                          messages and state but none of its pending interrupts
 //
-// Output (stdout, one JSON object):
+// Output (stdout, one JSON object): the first run's summary, plus `runs` (one summary per step), each:
 //   timedOut     - the run did not end within timeoutMs (the harness aborted it).
 //   clientError  - an error the client raised (its verifier/schema check rejecting the stream, an HTTP
 //                  error, a parse error): the stream was NOT accepted. null when the run completed.
@@ -15,8 +24,10 @@
 //                  (every `data:` frame parsed as JSON), eventTypes, parseErrors, nonDataFrames, trailing
 //                  (bytes after the last blank line), complete, readError.
 //   http         - status, content type, and the RunAgentInput the client sent (requestBody).
-//   runFinished  - RUN_FINISHED as the client interpreted it (outcome, pendingToolCallIds).
+//   runFinished  - RUN_FINISHED as the client interpreted it (outcome, pendingToolCallIds, interrupts).
 //   messages     - agent.messages after the run (what the client rebuilt); newMessages from runAgent().
+//   state        - agent.state after the run (STATE_SNAPSHOT and every STATE_DELTA applied by the client).
+//   pendingInterrupts - agent.pendingInterrupts after the run (what the client will require a resume for).
 //   warnings     - console.warn / console.error output of the client (e.g. "[ag-ui][enforce] Removed
 //                  unrecognised material ...", "Subscriber error", "TOOL_CALL_ARGS: No message found").
 // Exit code 0 when the summary was printed (whatever the client thought); 2 on a harness failure.
@@ -85,10 +96,7 @@ async function readRawStream(body, raw) {
   raw.complete = true;
 }
 
-async function main() {
-  const input = await readInput();
-  const timeoutMs = input.timeoutMs ?? 30_000;
-
+function captureWarnings() {
   const warnings = [];
   for (const level of ["warn", "error"]) {
     const original = console[level].bind(console);
@@ -100,32 +108,52 @@ async function main() {
       original(...args); // keep it visible on stderr
     };
   }
+  return warnings;
+}
 
-  const raw = { events: [], parseErrors: [], nonDataFrames: [], trailing: null, complete: false, readError: null };
-  const http = { status: null, contentType: null, requestBody: null };
-  let rawDone = Promise.resolve();
-
-  const teeFetch = async (url, init) => {
-    http.requestBody = typeof init?.body === "string" ? JSON.parse(init.body) : null;
+// A fetch that tees every response body into an independent reader (the wire as it was).
+function makeTee() {
+  const tee = { raw: null, http: null, done: Promise.resolve() };
+  tee.reset = () => {
+    tee.raw = { events: [], parseErrors: [], nonDataFrames: [], trailing: null, complete: false, readError: null };
+    tee.http = { status: null, contentType: null, requestBody: null };
+    tee.done = Promise.resolve();
+  };
+  tee.fetch = async (url, init) => {
+    tee.http.requestBody = typeof init?.body === "string" ? JSON.parse(init.body) : null;
     const response = await fetch(url, init);
-    http.status = response.status;
-    http.contentType = response.headers.get("content-type");
+    tee.http.status = response.status;
+    tee.http.contentType = response.headers.get("content-type");
     if (!response.ok || !response.body) return response;
     const [forClient, forUs] = response.body.tee();
-    rawDone = readRawStream(forUs, raw).catch((error) => {
+    const raw = tee.raw;
+    tee.done = readRawStream(forUs, raw).catch((error) => {
       raw.readError = String(error);
     });
     return new Response(forClient, { status: response.status, statusText: response.statusText, headers: response.headers });
   };
+  tee.reset();
+  return tee;
+}
 
-  const agent = new HttpAgent({
-    url: input.url,
-    headers: input.headers ?? {},
-    threadId: input.threadId,
-    initialMessages: input.messages ?? [],
-    fetch: teeFetch,
-  });
+function prepare(agent, step, previous) {
+  for (const message of step.addMessages ?? []) agent.addMessage(message);
+  if (step.answerPendingTools !== undefined) {
+    for (const toolCallId of previous?.pendingToolCallIds ?? []) {
+      agent.addMessage({ id: `tool-result-${toolCallId}`, role: "tool", toolCallId, content: step.answerPendingTools });
+    }
+  }
+  const parameters = {};
+  if (step.tools) parameters.tools = step.tools;
+  if (step.resume) {
+    parameters.resume = agent.pendingInterrupts.map((interrupt) => ({ interruptId: interrupt.id, ...step.resume }));
+  }
+  return parameters;
+}
 
+async function runOnce(agent, parameters, tee, warnings, timeoutMs) {
+  tee.reset();
+  warnings.length = 0;
   const events = [];
   const runErrors = [];
   const runFinished = [];
@@ -137,14 +165,18 @@ async function main() {
     onRunErrorEvent: ({ event }) => {
       runErrors.push(structuredClone(event));
     },
-    onRunFinishedEvent: ({ event, outcome, pendingToolCallIds }) => {
-      runFinished.push({ event: structuredClone(event), outcome, pendingToolCallIds: pendingToolCallIds ?? null });
+    onRunFinishedEvent: ({ event, outcome, pendingToolCallIds, interrupts }) => {
+      runFinished.push({
+        event: structuredClone(event),
+        outcome,
+        pendingToolCallIds: pendingToolCallIds ?? null,
+        interrupts: interrupts ?? null,
+      });
     },
     onRunFailed: ({ error }) => {
       failures.push(describeError(error));
     },
   };
-
   let clientError = null;
   let result = null;
   let timedOut = false;
@@ -157,16 +189,15 @@ async function main() {
         reject(new Error(`harness timeout: the run did not end within ${timeoutMs} ms`));
       }, timeoutMs);
     });
-    result = await Promise.race([agent.runAgent({ runId: input.runId }, subscriber), timeout]);
+    result = await Promise.race([agent.runAgent(parameters, subscriber), timeout]);
   } catch (error) {
     clientError = describeError(error);
   } finally {
     clearTimeout(timer);
   }
   // The raw branch ends when the server closes the response; bounded so a hanging server cannot hang us.
-  await Promise.race([rawDone, new Promise((resolve) => setTimeout(resolve, 5_000))]);
-
-  const summary = {
+  await Promise.race([tee.done, new Promise((resolve) => setTimeout(resolve, 5_000))]);
+  return {
     clientVersion: CLIENT_VERSION,
     clientError,
     timedOut,
@@ -176,11 +207,38 @@ async function main() {
     eventTypes: events.map((e) => e.type),
     events,
     messages: structuredClone(agent.messages),
+    state: structuredClone(agent.state ?? null),
+    pendingInterrupts: structuredClone(agent.pendingInterrupts ?? []),
     newMessages: result ? result.newMessages : null,
-    warnings,
-    http,
-    raw: { ...raw, eventTypes: raw.events.map((e) => e?.type ?? null) },
+    warnings: [...warnings],
+    http: tee.http,
+    raw: { ...tee.raw, eventTypes: tee.raw.events.map((e) => e?.type ?? null) },
   };
+}
+
+async function main() {
+  const input = await readInput();
+  const timeoutMs = input.timeoutMs ?? 30_000;
+  const warnings = captureWarnings();
+  const tee = makeTee();
+  const newAgent = (messages, state) =>
+    new HttpAgent({
+      url: input.url,
+      headers: input.headers ?? {},
+      threadId: input.threadId,
+      initialMessages: messages,
+      initialState: state,
+      fetch: tee.fetch,
+    });
+  let agent = newAgent(input.messages ?? [], input.state ?? {});
+  const runs = [];
+  const steps = input.steps ?? [{ runId: input.runId }];
+  for (const step of steps) {
+    if (step.newAgent) agent = newAgent(structuredClone(agent.messages), structuredClone(agent.state));
+    const parameters = { runId: step.runId, ...prepare(agent, step, runs.at(-1)?.runFinished.at(-1)) };
+    runs.push(await runOnce(agent, parameters, tee, warnings, timeoutMs));
+  }
+  const summary = { ...runs[0], runs };
   // Exit at once: fetch keeps idle keep-alive sockets that would hold the process open for seconds.
   process.stdout.write(`${JSON.stringify(summary)}\n`, () => process.exit(0));
 }

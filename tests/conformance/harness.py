@@ -1,0 +1,386 @@
+"""The harness of the conformance tests: the official `@ag-ui/client` (npm), real `serve` processes, and the
+checks every stream must pass (see test_agui_client.py for what is checked and why).
+
+The client is installed from tests/conformance/package-lock.json with `npm ci` into
+tests/conformance/node_modules (git-ignored), once: later runs reuse it while the lock file is unchanged
+(npm's cache: $AGENT_RUNTIME_NPM_CACHE, default ~/.cache/agent-runtime/npm). No Node/npm or no registry
+is a failure, not a skip: CI has both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID, uuid4
+
+import httpx
+import pytest
+from tests.conftest import TEST_JWT_SECRET
+
+from agent_runtime.engine.auth import mint_token
+from agent_runtime.settings import Settings
+
+HERE = Path(__file__).resolve().parent
+NODE_MODULES = HERE / "node_modules"
+CLIENT_SCRIPT = HERE / "agui_client.mjs"
+INSTALL_STAMP = NODE_MODULES / ".agent-runtime-install-stamp"
+NPM_INSTALL_TIMEOUT = 180
+# A server imports CrewAI in the background after start-up (~10 s of CPU) and its first run waits for it.
+CLIENT_TIMEOUT = 120
+
+# Env vars that would point the server at a real model (or away from the offline demo model).
+_PROVIDER_ENV = ("LLM_MODEL", "LLM_API_BASE", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MAX_RETRIES")
+
+TERMINAL = {"RUN_FINISHED", "RUN_ERROR"}
+# RUN_ERROR's message ends with the error_id the session stores (RunService._fail).
+ERROR_ID = re.compile(r"\(error_id ([0-9a-f]{32})\)$")
+
+
+# --------------------------------------------------------------------------------------------------
+# Installing the client
+
+
+def _npm_cache_dir() -> Path:
+    explicit = os.environ.get("AGENT_RUNTIME_NPM_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agent-runtime" / "npm"
+
+
+def _lock_digest() -> str:
+    digest = hashlib.sha256()
+    for name in ("package.json", "package-lock.json"):
+        digest.update((HERE / name).read_bytes())
+    return digest.hexdigest()
+
+
+def _pinned_client_version() -> str:
+    return str(json.loads((HERE / "package.json").read_text())["dependencies"]["@ag-ui/client"])
+
+
+def _installed_client_version() -> str | None:
+    manifest = NODE_MODULES / "@ag-ui" / "client" / "package.json"
+    try:
+        return str(json.loads(manifest.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _install_is_current(digest: str) -> bool:
+    try:
+        stamp = INSTALL_STAMP.read_text().strip()
+    except OSError:
+        return False
+    return stamp == digest and _installed_client_version() == _pinned_client_version()
+
+
+def ensure_client_installed() -> str:
+    """`npm ci` the pinned client unless node_modules already matches the lock file; returns its version."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"`{tool}` is not on PATH: the AG-UI conformance test needs Node.js 20+ and npm")
+    digest = _lock_digest()
+    if _install_is_current(digest):
+        return _pinned_client_version()
+    cache = _npm_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    # One installer at a time (parallel pytest processes share this directory).
+    with (cache / ".agent-runtime-conformance.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _install_is_current(digest):
+            return _pinned_client_version()
+        command = [
+            "npm",
+            "ci",
+            "--no-audit",
+            "--no-fund",
+            "--prefer-offline",
+            "--cache",
+            str(cache),
+            # An unreachable registry fails in seconds, not after npm's default minute of retries.
+            "--fetch-retries=2",
+            "--fetch-retry-mintimeout=1000",
+            "--fetch-retry-maxtimeout=5000",
+        ]
+        try:
+            done = subprocess.run(
+                command, cwd=HERE, capture_output=True, text=True, timeout=NPM_INSTALL_TIMEOUT, check=False
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"`{' '.join(command)}` did not finish in {NPM_INSTALL_TIMEOUT} s: is the npm registry reachable "
+                f"(registry: `npm config get registry`)? The AG-UI conformance test needs @ag-ui/client."
+            )
+        if done.returncode != 0:
+            pytest.fail(
+                f"could not install the official AG-UI client (`{' '.join(command)}` in {HERE} exited "
+                f"{done.returncode}); is the npm registry reachable? npm said:\n{(done.stderr or done.stdout)[-3000:]}"
+            )
+        version = _installed_client_version()
+        if version != _pinned_client_version():
+            pytest.fail(f"npm ci installed @ag-ui/client {version!r}, expected {_pinned_client_version()!r}")
+        INSTALL_STAMP.write_text(digest + "\n")
+    return _pinned_client_version()
+
+
+# --------------------------------------------------------------------------------------------------
+# The server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    base_url: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    workdir: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+async def _start_server(name: str, database_url: str, workdir: Path, extra_env: dict[str, str]) -> Server:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in _PROVIDER_ENV}
+    env.update(
+        DATABASE_URL=database_url,
+        JWT_SECRET=TEST_JWT_SECRET,
+        PORT=str(port),
+        DATA_DIR=str(workdir / f"data-{name}"),
+        ENVIRONMENT="test",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        **extra_env,
+    )
+    log_path = workdir / f"server-{name}.log"
+    with log_path.open("wb") as log:
+        # cwd outside the checkout: no developer `.env` can change the model under test.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent_runtime.cli", "serve", env=env, cwd=workdir, stdout=log, stderr=log
+        )
+    server = Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, workdir=workdir)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
+        for _ in range(300):
+            if proc.returncode is not None:
+                raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get("/health/ready")).status_code == 200:
+                    return server
+            await asyncio.sleep(0.1)
+    await _stop_server(server)
+    raise AssertionError(f"server {name} did not become ready in 30 s:\n{server.log_tail()}")
+
+
+async def _stop_server(server: Server) -> None:
+    if server.proc.returncode is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(server.proc.wait(), 20)
+        except TimeoutError:
+            server.proc.kill()
+            await server.proc.wait()
+
+
+@dataclass
+class Servers:
+    demo: Server  # offline demo model: deterministic, "hello" -> direct, "what is 12*7?" -> calculator
+    failing: Server  # DeepSeek pointed at a closed port, no retries: every run ends in RUN_ERROR
+
+
+# --------------------------------------------------------------------------------------------------
+# Running the client
+
+
+@dataclass
+class Case:
+    user_id: UUID
+    headers: dict[str, str]
+    thread_id: str
+    user_message_id: str
+
+
+async def new_case(server: Server, settings: Settings) -> Case:
+    """A new user with a new thread: threads are sessions made with `POST /v1/sessions` (AG-UI answers any
+    other thread id with 404, so that ids cannot be probed)."""
+    user_id = uuid4()
+    headers = {"Authorization": f"Bearer {mint_token(settings, user_id)}"}
+    async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=10) as client:
+        response = await client.post("/v1/sessions", json={})
+    assert response.status_code == 201, response.text
+    return Case(user_id=user_id, headers=headers, thread_id=response.json()["id"], user_message_id=f"user-{uuid4()}")
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=1))
+
+
+async def run_client(
+    server: Server, case: Case, text: str, *, steps: list[dict[str, Any]] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """One run of the official client on `text`, or one per step (`agui_client.mjs` says what a step may do):
+    the first run's summary, with every run's under `runs`."""
+    request: dict[str, Any] = {
+        "url": f"{server.base_url}/v1/agui",
+        "headers": case.headers,
+        "threadId": case.thread_id,
+        "messages": [{"id": case.user_message_id, "role": "user", "content": text}],
+        "timeoutMs": CLIENT_TIMEOUT * 1000,
+        **extra,
+    }
+    if steps is not None:
+        request["steps"] = steps
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(CLIENT_SCRIPT),
+        cwd=HERE,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), CLIENT_TIMEOUT + 15)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"agui_client.mjs hung\nserver log:\n{server.log_tail()}") from None
+    stderr = err.decode(errors="replace")
+    assert proc.returncode == 0, f"agui_client.mjs failed ({proc.returncode}):\n{stderr[-4000:]}"
+    summary: dict[str, Any] = json.loads(out)
+    summary["_stderr"] = stderr
+    # Kept beside the server logs for a post-mortem (the path is in every failure message).
+    summary["_dump"] = str(server.workdir / f"client-{case.thread_id}.json")
+    _write_json(Path(summary["_dump"]), summary)
+    summary["_server_log"] = server.log_tail()
+    for run in summary["runs"]:
+        run.update(_stderr=stderr, _dump=summary["_dump"], _server_log=summary["_server_log"])
+    return summary
+
+
+def _explain(summary: dict[str, Any]) -> str:
+    return (
+        f"\nclient error: {json.dumps(summary['clientError'], indent=1)}"
+        f"\nclient events: {summary['eventTypes']}\nwire events: {summary['raw']['eventTypes']}"
+        f"\nwarnings: {json.dumps(summary['warnings'], indent=1)}\nhttp: {summary['http']['status']}"
+        f" {summary['http']['contentType']}\nnode stderr:\n{summary['_stderr'][-3000:]}"
+        f"\nserver log:\n{summary['_server_log'][-3000:]}\nfull client summary: {summary['_dump']}"
+    )
+
+
+def assert_accepted(summary: dict[str, Any], *, terminal: str) -> list[dict[str, Any]]:
+    """The client took the whole stream without complaint; returns the wire events."""
+    why = _explain(summary)
+    assert summary["clientVersion"] == _pinned_client_version(), why
+    assert summary["http"]["status"] == 200, why
+    assert (summary["http"]["contentType"] or "").startswith("text/event-stream"), why
+    assert not summary["timedOut"], f"the run did not end within {CLIENT_TIMEOUT} s" + why
+    # Its verifier/schema check throws on a protocol violation and runAgent() rejects: the stream was refused.
+    assert summary["clientError"] is None, "the official client rejected the stream" + why
+    assert summary["runFailed"] == [], why
+    # Nothing stripped, dropped or ignored by the client ("[ag-ui][enforce] ...", unknown ids, ...).
+    assert summary["warnings"] == [], "the client warned about our stream" + why
+
+    raw = summary["raw"]
+    assert raw["complete"] and raw["readError"] is None, why
+    assert raw["parseErrors"] == [] and raw["nonDataFrames"] == [] and raw["trailing"] is None, why
+    events: list[dict[str, Any]] = raw["events"]
+    types = [e["type"] for e in events]
+    # Every event on the wire reached the client's subscribers, in order.
+    assert summary["eventTypes"] == types, why
+
+    assert types and types[0] == "RUN_STARTED", why
+    assert types[-1] == terminal, f"the stream must end with {terminal}" + why
+    assert sum(t in TERMINAL for t in types) == 1, f"exactly one terminal event, and last{why}"
+    assert events[0]["threadId"] == summary["http"]["requestBody"]["threadId"], why
+    if terminal == "RUN_FINISHED":
+        assert events[-1]["threadId"] == events[0]["threadId"] and events[-1]["runId"] == events[0]["runId"], why
+        assert summary["runErrors"] == [] and len(summary["runFinished"]) == 1, why
+    else:
+        assert len(summary["runErrors"]) == 1 and summary["runFinished"] == [], why
+
+    # A run that resumes a turn answers tool calls of an earlier run, which its MESSAGES_SNAPSHOT carries.
+    started: set[str] = set()
+    for event in events:
+        if event["type"] == "TOOL_CALL_START":
+            started.add(event["toolCallId"])
+        elif event["type"] == "MESSAGES_SNAPSHOT":
+            started |= {c["id"] for m in event["messages"] for c in m.get("toolCalls") or []}
+        elif event["type"] == "TOOL_CALL_RESULT":
+            assert event["toolCallId"] in started, f"TOOL_CALL_RESULT for a tool call never started: {event}{why}"
+    return events
+
+
+# --------------------------------------------------------------------------------------------------
+# Comparing the client's messages with ours
+
+
+def _client_view(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    return {
+        "id": message["id"],
+        "role": message["role"],
+        "content": "" if content is None else content,
+        "toolCalls": [
+            (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.get("toolCalls") or []
+        ],
+        "toolCallId": message.get("toolCallId"),
+    }
+
+
+def _stored_view(message: dict[str, Any]) -> dict[str, Any]:
+    metadata = message["metadata"]
+    return {
+        "id": message["message_id"],
+        "role": message["role"],
+        "content": message["content"],
+        "toolCalls": [(c["id"], c["name"], c["arguments"]) for c in metadata.get("tool_calls") or []],
+        "toolCallId": metadata.get("tool_call_id"),
+    }
+
+
+async def stored_session(server: Server, case: Case) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
+        response = await client.get(f"/v1/sessions/{case.thread_id}")
+    assert response.status_code == 200, response.text
+    session: dict[str, Any] = response.json()
+    return session
+
+
+async def stored_messages(server: Server, case: Case) -> list[dict[str, Any]]:
+    async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
+        response = await client.get(f"/v1/sessions/{case.thread_id}/messages", params={"limit": 100})
+    assert response.status_code == 200, response.text
+    page = response.json()
+    assert page.get("total", len(page["items"])) == len(page["items"]), page
+    return list(page["items"])
+
+
+async def assert_messages_match(server: Server, case: Case, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    ours = [_stored_view(m) for m in await stored_messages(server, case)]
+    # Reasoning is streamed (and kept by the client) but stored only as an audit row: not a thread message.
+    theirs = [_client_view(m) for m in summary["messages"] if m["role"] != "reasoning"]
+    assert theirs == ours, (
+        "the messages the client rebuilt differ from the stored ones\n"
+        f"client: {json.dumps(theirs, indent=1)}\nstored: {json.dumps(ours, indent=1)}"
+    )
+    return ours
