@@ -82,6 +82,10 @@ async def test_direct_run_conforms(runs: dict[str, Run]) -> None:
     events = assert_accepted(summary, terminal="RUN_FINISHED")
     types = [e["type"] for e in events]
     assert "TEXT_MESSAGE_CONTENT" in types and "TOOL_CALL_START" not in types, types
+    # The demo model reasons first (as deepseek-reasoner does): the client keeps it as a reasoning message.
+    assert types.index("REASONING_START") < types.index("TEXT_MESSAGE_START"), types
+    reasoning = [m for m in summary["messages"] if m["role"] == "reasoning"]
+    assert len(reasoning) == 1 and reasoning[0]["content"].startswith("[demo model] Reading the request"), reasoning
     messages = await assert_messages_match(run.server, run.case, summary)
     assert [m["role"] for m in messages] == ["user", "assistant"], messages
     assert messages[0]["id"] == run.case.user_message_id and messages[0]["content"] == "hello"

@@ -201,3 +201,17 @@ async def test_streaming_demo_tool_call(client: LLMClient) -> None:
     response = await client.complete_streaming(request)
     assert [(c.name, c.arguments) for c in response.tool_calls] == [("calculator", '{"expression": "2**10"}')]
     assert response.finish_reason == "tool_calls"
+
+
+async def test_streaming_demo_intent_reasons_first(client: LLMClient) -> None:
+    reasoning: list[str] = []
+    request = LLMRequest(messages=appended_schema(IntentResult, "hello there"), json_mode=True)
+
+    response = await client.complete_streaming(request, on_reasoning=reasoning.append)
+
+    assert len(reasoning) > 1 and "".join(reasoning) == response.reasoning
+    assert response.reasoning.startswith("[demo model] Reading the request: hello there")
+    assert response.reasoning.endswith("I can answer directly.")
+    assert IntentResult.model_validate_json(response.content).route == "DIRECT_EXECUTION"
+    whole = await client.complete(request.model_copy(update={"stream": False}))
+    assert whole.reasoning == response.reasoning

@@ -42,6 +42,7 @@ class StubUsage(BaseModel):
 
 class StubReply(BaseModel):
     content: str = ""
+    reasoning_content: str = Field(default="", description="deepseek-reasoner's reasoning, sent before the content.")
     tool_calls: list[StubToolCall] = Field(default_factory=list)
     usage: StubUsage | None = None
     delay_seconds: float = Field(default=0.0, description="Wait before the first byte (slow upstream).")
@@ -242,6 +243,8 @@ class DeepSeekStub:
     @staticmethod
     def _completion(body: dict[str, Any], reply: StubReply, usage: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.reasoning_content:
+            message["reasoning_content"] = reply.reasoning_content
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -260,6 +263,9 @@ class DeepSeekStub:
     @staticmethod
     def _chunks(body: dict[str, Any], reply: StubReply, usage: dict[str, Any] | None) -> list[dict[str, Any]]:
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        thought = reply.reasoning_content
+        step = reply.chunk_chars
+        deltas += [{"reasoning_content": thought[i : i + step], "content": None} for i in range(0, len(thought), step)]
         text = reply.content
         deltas += [{"content": text[i : i + reply.chunk_chars]} for i in range(0, len(text), reply.chunk_chars)]
         for index, call in enumerate(reply.tool_calls):

@@ -107,12 +107,17 @@ class LLMClient:
         return await self._with_retries(target, attempt)
 
     async def complete_streaming(
-        self, request: LLMRequest, on_delta: OnDelta | None = None, on_retry: Callable[[], None] | None = None
+        self,
+        request: LLMRequest,
+        on_delta: OnDelta | None = None,
+        on_retry: Callable[[], None] | None = None,
+        on_reasoning: Callable[[str], None] | None = None,
     ) -> LLMResponse:
         """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response.
 
         A failure is retried (when retryable) as long as every `on_delta` returned False; `on_retry()` is
         called before a retry streams, since what the failed attempt fed `on_delta` will not be continued.
+        `on_reasoning(text)` gets the model's reasoning as it streams (it is not the answer: never "delivered").
 
         An exception raised by `on_delta` propagates unchanged and is never retried.
         """
@@ -131,6 +136,8 @@ class LLMClient:
             try:
                 async for chunk in _provider_chunks(chunks):
                     text = accumulator.feed_text(chunk)
+                    if accumulator.reasoning_delta and on_reasoning is not None:
+                        on_reasoning(accumulator.reasoning_delta)
                     if text and on_delta is not None:
                         progress.in_callback = True
                         if await on_delta(text):
@@ -197,6 +204,7 @@ class LLMClient:
             cost=self.costs.cost(target.model, parsed.usage),
             finish_reason=parsed.finish_reason,
             is_demo=target.is_demo,
+            reasoning=parsed.reasoning,
         )
 
     async def _backoff(self, target: CallTarget, error: LLMError, retries_done: int) -> None:

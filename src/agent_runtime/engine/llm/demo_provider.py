@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import TypeAdapter
 
@@ -53,8 +53,10 @@ def _answer(messages: list[Any], optional_params: dict[str, Any]) -> DemoAnswer:
 
 def _usage(messages: list[Any], answer: DemoAnswer) -> ChatCompletionUsageBlock:
     prompt = sum(count_tokens(m.get("content") or "") + 4 for m in messages if isinstance(m, dict))
-    completion = count_tokens(answer.content) + sum(
-        count_tokens(c.function.name + c.function.arguments) for c in answer.tool_calls
+    completion = (
+        count_tokens(answer.reasoning)
+        + count_tokens(answer.content)
+        + sum(count_tokens(c.function.name + c.function.arguments) for c in answer.tool_calls)
     )
     return ChatCompletionUsageBlock(
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
@@ -88,6 +90,8 @@ class DemoModel(CustomLLM):
     ) -> ModelResponse:
         answer = _answer(messages, optional_params)
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
+        if answer.reasoning:
+            message["reasoning_content"] = answer.reasoning
         if answer.tool_calls:
             message["tool_calls"] = [call.model_dump() for call in answer.tool_calls]
         usage = dict(_usage(messages, answer))
@@ -119,6 +123,13 @@ class DemoModel(CustomLLM):
         client: AsyncHTTPHandler | None = None,
     ) -> AsyncIterator[GenericStreamingChunk]:
         answer = _answer(messages, optional_params)
+        for start in range(0, len(answer.reasoning), self.chunk_chars):
+            # Our stream reader takes `reasoning_content` from a chunk (as DeepSeek's reasoner sends it).
+            thought = GenericStreamingChunk(text="", is_finished=False, finish_reason="", usage=None, index=0)
+            yield cast(
+                "GenericStreamingChunk",
+                {**thought, "reasoning_content": answer.reasoning[start : start + self.chunk_chars]},
+            )
         text = answer.content
         for start in range(0, len(text), self.chunk_chars):
             yield GenericStreamingChunk(

@@ -35,6 +35,8 @@ _TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
 class DemoAnswer(BaseModel):
     content: str = ""
     tool_calls: list[WireToolCall] = Field(default_factory=list)
+    # Like deepseek-reasoner's reasoning_content, so reasoning can be seen (and tested) offline.
+    reasoning: str = ""
 
 
 # The stage contracts as the demo writes them (engine/flow validates them; llm must not import flow).
@@ -166,7 +168,13 @@ def _plain_reply(request: str) -> str:
 
 
 def intent_answer(messages: list[WireMessage]) -> DemoAnswer:
-    request = user_request(messages)
+    answer = _intent_answer(user_request(messages))
+    route = "a tool is needed" if '"NEEDS_EXECUTION"' in answer.content else "I can answer directly"
+    reasoning = f"{DEMO_PREFIX} Reading the request: {_short(user_request(messages), 60)}. {route.capitalize()}."
+    return answer.model_copy(update={"reasoning": reasoning})
+
+
+def _intent_answer(request: str) -> DemoAnswer:
     expression = find_expression(request)
     if expression is not None:
         summary, brief = f"Calculate {expression}", f"Evaluate {expression} with the calculator tool."

@@ -88,6 +88,9 @@ class LLMResponse(_Wire):
     cost: CostBreakdown
     finish_reason: str | None
     is_demo: bool = False
+    reasoning: str | None = Field(
+        default=None, description="The model's reasoning (deepseek-reasoner's reasoning_content); never sent back."
+    )
 
 
 class LLMTextDelta(_Wire):

@@ -51,6 +51,15 @@ class ParsedMessage:
     tool_calls: list[LLMToolCall]
     finish_reason: str | None
     usage: LLMUsage | None
+    reasoning: str | None = None
+
+
+def _reasoning_of(delta: Any) -> str | None:
+    # deepseek-reasoner's `reasoning_content`: LiteLLM sets it as a plain attribute only when present, so the
+    # instance dict answers without pydantic's failing __getattr__ on every content chunk.
+    fields = getattr(delta, "__dict__", None)
+    value = fields.get("reasoning_content") if fields is not None else None
+    return value if isinstance(value, str) and value else None
 
 
 def parse_completion(raw: Any) -> ParsedMessage:
@@ -68,6 +77,7 @@ def parse_completion(raw: Any) -> ParsedMessage:
         tool_calls=tool_calls,
         finish_reason=choice.finish_reason,
         usage=usage_from_litellm(getattr(raw, "usage", None)),
+        reasoning=_reasoning_of(message),
     )
 
 
@@ -101,6 +111,9 @@ class StreamAccumulator:
 
     def __init__(self) -> None:
         self._text: list[str] = []
+        self._reasoning: list[str] = []
+        # The last chunk's reasoning text ("" if none): read after each `feed_text`.
+        self.reasoning_delta = ""
         self._tools: dict[int, _ToolCallBuffer] = {}
         self._finish_reason: str | None = None
         self._usage: Any = None
@@ -121,8 +134,13 @@ class StreamAccumulator:
         if usage is not None:
             self._usage = usage
         text = ""
+        self.reasoning_delta = ""
         for choice in getattr(chunk, "choices", None) or ():
             delta = _attr(choice, "delta")
+            reasoning = _reasoning_of(delta)
+            if reasoning:
+                self._reasoning.append(reasoning)
+                self.reasoning_delta += reasoning
             content = _attr(delta, "content")
             if content:
                 self._text.append(content)
@@ -143,6 +161,10 @@ class StreamAccumulator:
         text: str = chunk.get("text") or ""
         if text:
             self._text.append(text)
+        reasoning = chunk.get("reasoning_content")
+        self.reasoning_delta = reasoning if isinstance(reasoning, str) else ""
+        if self.reasoning_delta:
+            self._reasoning.append(self.reasoning_delta)
         if chunk.get("tool_use"):
             event = self._feed_tool_call(chunk["tool_use"])
             if tool_events is not None:
@@ -179,4 +201,5 @@ class StreamAccumulator:
             tool_calls=tool_calls,
             finish_reason=self._finish_reason,
             usage=usage_from_litellm(self._usage),
+            reasoning="".join(self._reasoning) or None,
         )

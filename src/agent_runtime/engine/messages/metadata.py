@@ -68,6 +68,9 @@ class AuditMetadata(_Meta):
     cached_tokens: int | None = None
     raw_output: Any = None
     error: str | None = None
+    # Set on the row holding a model call's reasoning (deepseek-reasoner's reasoning_content): kept for audit,
+    # streamed as REASONING_* events, never sent back to the model.
+    reasoning: Literal[True] | None = None
 
 
 MessageMetadata = Annotated[

@@ -157,11 +157,15 @@ class RunGateway:
             json_mode=call.json_mode and not tools,
             stream=answer_stage,
         )
+        reasoning_id = str(uuid4())
         if answer_stage:
             # One extractor per attempt (a retried call starts a new one): its text is this attempt's
             # assistant_text so far.
             route = ANSWER_STAGES[call.stage]
             extractor = AssistantTextExtractor(required_route=route)
+
+            def on_reasoning(text: str) -> None:
+                self._events.reasoning_content(reasoning_id, text)
 
             async def on_delta(text: str) -> bool:
                 # Delivered only once answer text went out as an event: the JSON around it never does.
@@ -171,12 +175,18 @@ class RunGateway:
                 return True
 
             def on_retry() -> None:
-                nonlocal extractor
+                nonlocal extractor, reasoning_id
                 extractor = AssistantTextExtractor(required_route=route)
+                self._events.reasoning_end()
+                reasoning_id = str(uuid4())
 
-            response = await self._llm.complete_streaming(request, on_delta, on_retry)
+            response = await self._llm.complete_streaming(request, on_delta, on_retry, on_reasoning)
         else:
             response = await self._llm.complete(request)
+            if response.reasoning:
+                self._events.reasoning_content(reasoning_id, response.reasoning)
+        self._events.reasoning_end()
+        self._recorder.reasoning(call.stage, response, reasoning_id)
         self.responses.append(response)
         if response.tool_calls and tools:
             calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]

@@ -63,6 +63,7 @@ class RunRecorder:
         self.run_id = run_id
         self._outputs: list[StageOutput] = []
         self._tool_results: list[ToolResultRecord] = []
+        self._reasoning: list[NewMessage] = []
 
     async def tool_calls(self, stage: str, response: LLMResponse, calls: list[ToolCallSpec]) -> StoredMessage:
         """Store the model's tool calls at once (with tool results not written yet, in the same statement)."""
@@ -99,6 +100,18 @@ class RunRecorder:
             )
             for r in pending
         ]
+
+    def reasoning(self, stage: str, response: LLMResponse, message_id: str) -> None:
+        """Keep a model call's reasoning as an audit row (unbilled: its tokens are on the call's row), under the
+        id of the reasoning message streamed for it: a client that sends that message back sends history."""
+        if response.reasoning:
+            metadata = AuditMetadata(stage=stage, run_id=self.run_id, model=response.model, reasoning=True)
+            row = NewMessage(role="assistant", content=response.reasoning, metadata=metadata, message_id=message_id)
+            self._reasoning.append(row)
+
+    def _take_reasoning(self) -> list[NewMessage]:
+        rows, self._reasoning = self._reasoning, []
+        return rows
 
     def stage_output(self, output: StageOutput) -> None:
         self._outputs.append(output)
@@ -153,7 +166,7 @@ class RunRecorder:
         if answer is not None:
             reply = _billed(reply, answer.response)
         self._outputs.clear()
-        return [*rows, reply]
+        return [*rows, *self._take_reasoning(), reply]
 
     def final_output(self, stage: str) -> LLMResponse | None:
         """The last output recorded for `stage` (the one its contract accepted, once the stage is done)."""
@@ -168,11 +181,11 @@ class RunRecorder:
         rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=rejection) for o in outcomes.rejected)]
         rows += [self._audit(o, billed=True) for o in outcomes.final.values()]
         self._outputs.clear()
-        return rows
+        return [*rows, *self._take_reasoning()]
 
     def failed_rows(self, error: str) -> list[NewMessage]:
         """What a failed run keeps: tool results not written yet, and every model output (and its cost) as
         audit rows."""
         rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=error) for o in self._outputs)]
         self._outputs.clear()
-        return rows
+        return [*rows, *self._take_reasoning()]
