@@ -8,7 +8,7 @@ from ag_ui.core import RunAgentInput
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from agent_runtime.api.deps import Caller, Engine, Paging
+from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
@@ -82,7 +82,7 @@ async def run_events(
     session_id: UUID,
     run_id: UUID,
     engine: Engine,
-    ctx: Caller,
+    ctx: StreamCaller,
     last_event_id: Annotated[
         str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
     ] = None,
