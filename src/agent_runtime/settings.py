@@ -57,6 +57,10 @@ class Settings(BaseSettings):
 
     memory_max_messages: int = Field(default=20, ge=1)
     memory_max_tokens: int = Field(default=8000, ge=1)
+    memory_low_messages: int = Field(default=10, ge=1)
+    memory_low_tokens: int = Field(default=4000, ge=1)
+    memory_summary: bool | None = None
+    memory_summary_max_tokens: int = Field(default=400, ge=100)
 
     crewai_config_dir: Path = PROJECT_ROOT / "config" / "crewai"
     run_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -64,7 +68,9 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     stage_max_json_retries: int = Field(default=2, ge=0, le=5)
 
-    @field_validator("llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", mode="before")
+    @field_validator(
+        "llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", "memory_summary", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -75,7 +81,18 @@ class Settings(BaseSettings):
             raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        if self.memory_low_messages > self.memory_max_messages or self.memory_low_tokens > self.memory_max_tokens:
+            raise ValueError(
+                "MEMORY_LOW_MESSAGES/MEMORY_LOW_TOKENS must not exceed MEMORY_MAX_MESSAGES/MEMORY_MAX_TOKENS"
+            )
+        if self.memory_summary_enabled and self.memory_summary_max_tokens >= self.memory_max_tokens:
+            raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
         return self
+
+    @property
+    def memory_summary_enabled(self) -> bool:
+        """MEMORY_SUMMARY, or when unset: on with a real model, off with the demo model."""
+        return self.memory_summary if self.memory_summary is not None else not self.is_demo_model
 
     @property
     def effective_llm_model(self) -> str:
