@@ -89,15 +89,10 @@ class MessageWindowChatMemory:
         """The conversation's window; a read that cuts stores the new start (one statement when it does not)."""
         validate_conversation_id(conversation_id)
         active = policy or self._policy
-        # One more than the budget: a read that fills it shows the window from the start is over the budget.
-        read = await self._repository.find_by_conversation_id(conversation_id, max_messages=active.max_messages + 1)
+        read = await self._repository.find_by_conversation_id(conversation_id, max_messages=active.max_messages)
         head: list[ChatMessage] = [read.system] if read.system is not None else []
         old = read.mark
-        # A read that came back full may have stopped short of the start: the window from the start is over budget.
-        complete = len(read.messages) <= active.max_messages
-        plan = plan_window(
-            [*head, *read.messages], active, old.start_id if old is not None else None, complete=complete
-        )
+        plan = plan_window([*head, *read.messages], active, read.start_id, complete=read.complete)
         window = plan.window
         if window.over_budget:
             logger.warning(

@@ -40,19 +40,24 @@ from agent_runtime.engine.pagination import Page
 
 _COLUMNS = "message_id, seq, role, content, metadata, created_at"
 _VISIBLE = "session_id = $1 AND user_id = $2 AND seq > 0"
-# One statement, four bounded index reads: the newest mark (primary key of agent_memory_windows), the newest
-# `$3` non-system messages from the mark's start (idx_messages_session_seq_display), the newest system
-# message and, when that tail has no user message, the newest user message (idx_messages_session_role_seq).
-# The mark comes back as a row of its own (`part = 'mark'`: seq = start, message_id = start id,
-# content = summary), so the run's memory costs one round trip however the window was cut.
+# One statement of bounded index reads: the newest mark (primary key of agent_memory_windows); before any cut,
+# the first user message instead; the newest `$3` + 1 non-system messages from that start (one more than asked,
+# to know whether there are more; idx_messages_session_seq_display); the newest system message and, when that
+# tail has no user message, the newest user message (idx_messages_session_role_seq). The mark (or first user
+# message) comes back as a row of its own (seq = start, message_id = start id, content = summary), so a run's
+# memory costs one round trip however the window was cut.
 _WINDOW_SQL = f"""
 WITH mark AS (
     SELECT start_seq, start_message_id, summary FROM agent_memory_windows
     WHERE session_id = $1 AND user_id = $2 ORDER BY start_seq DESC LIMIT 1
+), first_user AS (
+    SELECT seq, message_id FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role = 'user' AND NOT EXISTS (SELECT 1 FROM mark) ORDER BY seq LIMIT 1
 ), tail AS (
     SELECT {_COLUMNS} FROM agent_chat_messages
-    WHERE {_VISIBLE} AND role <> 'system' AND seq >= COALESCE((SELECT start_seq FROM mark), 1)
-    ORDER BY seq DESC LIMIT $3
+    WHERE {_VISIBLE} AND role <> 'system'
+      AND seq >= COALESCE((SELECT start_seq FROM mark), (SELECT seq FROM first_user), 1)
+    ORDER BY seq DESC LIMIT $3 + 1
 ), sys AS (
     SELECT {_COLUMNS} FROM agent_chat_messages
     WHERE {_VISIBLE} AND role = 'system' ORDER BY seq DESC LIMIT 1
@@ -61,9 +66,11 @@ WITH mark AS (
     WHERE {_VISIBLE} AND role = 'user' AND NOT EXISTS (SELECT 1 FROM tail WHERE tail.role = 'user')
     ORDER BY seq DESC LIMIT 1
 )
-SELECT 'message' AS part, * FROM sys UNION ALL SELECT 'message', * FROM anchor UNION ALL SELECT 'message', * FROM tail
+SELECT 'system' AS part, * FROM sys UNION ALL SELECT 'anchor', * FROM anchor UNION ALL SELECT 'tail', * FROM tail
 UNION ALL
 SELECT 'mark', start_message_id, start_seq, 'system', COALESCE(summary, ''), NULL::jsonb, NULL::timestamptz FROM mark
+UNION ALL
+SELECT 'first_user', message_id, seq, 'user', '', NULL::jsonb, NULL::timestamptz FROM first_user
 ORDER BY 3
 """
 # Stored only when the start is a visible user message after the current mark's start: marks only move forward,
@@ -175,10 +182,17 @@ class PostgresChatMemoryRepository:
             raise BadRequestError("max_messages must be at least 1")
         rows = await self._pool.fetch(_WINDOW_SQL, _session_id(conversation_id), self._ctx.user_id, max_messages)
         mark = next((_mark(r) for r in rows if r["part"] == "mark"), None)
-        messages = [row_to_chat_message(r) for r in rows if r["part"] == "message"]
-        system = next((m for m in messages if isinstance(m, SystemMessage)), None)
-        rest = [m for m in messages if not isinstance(m, SystemMessage)]
-        return WindowRead(system=system, messages=rest, mark=mark)
+        first_user = next((r["message_id"] for r in rows if r["part"] == "first_user"), None)
+        system = next((row_to_chat_message(r) for r in rows if r["part"] == "system"), None)
+        messages = [row_to_chat_message(r) for r in rows if r["part"] in ("anchor", "tail")]
+        tail = sum(1 for r in rows if r["part"] == "tail")
+        return WindowRead(
+            system=system if isinstance(system, SystemMessage) else None,
+            messages=messages,
+            mark=mark,
+            start_id=mark.start_id if mark is not None else first_user,
+            complete=tail <= max_messages,
+        )
 
     async def save_mark(self, conversation_id: str, mark: WindowMark) -> bool:
         stored = await self._pool.fetchval(

@@ -26,7 +26,8 @@ class WindowRead(BaseModel):
     """The bounded read the window is computed from.
 
     `mark` is the conversation's newest stored `WindowMark` (None before the first cut). `messages` (oldest
-    first) are the newest `max_messages` non-system messages at or after the mark's start, preceded by the newest
+    first) are the newest `max_messages` + 1 non-system messages at or after the mark's start (one more than
+    asked, so that `complete` is known: False when there are more than `max_messages`), preceded by the newest
     user message when none of them is a user message (its turn is the newest one, and the window keeps at
     least that user message). `system` is the newest system message, wherever it is. Messages older than
     this are outside any window of at most `max_messages` messages by construction: a kept turn lies
@@ -38,6 +39,12 @@ class WindowRead(BaseModel):
     system: SystemMessage | None = None
     messages: list[ChatMessage] = Field(default_factory=list)
     mark: WindowMark | None = None
+    start_id: str | None = Field(
+        default=None, description="Where the window starts: the mark's start, else the first user message."
+    )
+    complete: bool = Field(
+        default=True, description="`messages` hold everything from the start (at most max_messages of them)."
+    )
 
 
 class ChatMemoryRepository(Protocol):
@@ -85,14 +92,18 @@ def bounded_tail(conversation: Sequence[ChatMessage], max_messages: int, mark: W
         raise BadRequestError("max_messages must be at least 1")
     system = next((m for m in reversed(conversation) if isinstance(m, SystemMessage)), None)
     rest = [m for m in conversation if not isinstance(m, SystemMessage)]
-    start = _position(rest, mark.start_id) if mark is not None else 0
-    tail = rest[start:][-max_messages:]
+    # Without a mark the window starts at the first user message (nothing before it belongs to a turn).
+    first_user = next((i for i, m in enumerate(rest) if isinstance(m, UserMessage)), None)
+    start = _position(rest, mark.start_id) if mark is not None else (first_user or 0)
+    start_id = mark.start_id if mark is not None else (rest[first_user].id if first_user is not None else None)
+    tail = rest[start:][-(max_messages + 1) :]
     if not any(isinstance(m, UserMessage) for m in tail):
         older = rest[: len(rest) - len(tail)]
         anchor = next((m for m in reversed(older) if isinstance(m, UserMessage)), None)
         if anchor is not None:
             tail = [anchor, *tail]
-    return WindowRead(system=system, messages=tail, mark=mark)
+    complete = len(rest) - start <= max_messages
+    return WindowRead(system=system, messages=tail, mark=mark, start_id=start_id, complete=complete)
 
 
 def _position(messages: Sequence[ChatMessage], message_id: str) -> int:

@@ -218,6 +218,8 @@ def plan_window(
     high = _Budget(policy)
     high.take(head)
     counts = high.counts
+    if start_id is None and complete and turns:
+        start_id = turns[0].user.id  # no start given: the conversation's first turn
     first = next((i for i, t in enumerate(turns) if t.user.id == start_id), None) if start_id is not None else 0
     if first is not None and complete:
         candidate = [m for turn in turns[first:] for m in turn.messages()]
