@@ -3,6 +3,7 @@ the window is cut), with a summary of the cut turns made by the configured model
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 from uuid import UUID
 
@@ -15,6 +16,7 @@ from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage
 from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.memory.summarizer import ModelSummarizer
 from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.settings import Settings
 
 
@@ -52,17 +54,17 @@ async def run_history(
     system_prompt: str,
     llm: LLMClient,
     task: SummaryTask,
+    record: Callable[[NewMessage], None],
 ) -> list[ChatMessage]:
     """The history the run's stages see (after their system prompt): summary, then the window's turns, without
-    the run's own user message (the stages quote it in their task)."""
+    the run's own user message (the stages quote it in their task). A summary call's audit row goes to
+    `record`, for the run to write with its end."""
     policy = memory_policy(settings)
     summarizer = None
     if policy.summary_tokens is not None:
         summarizer = ModelSummarizer(
             llm,
-            pool,
-            ctx,
-            session_id,
+            record,
             run_id=run_id,
             model=settings.effective_llm_model,
             system=SystemMessage(content=system_prompt),

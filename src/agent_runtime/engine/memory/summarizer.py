@@ -2,18 +2,17 @@
 
 The call is the summary task (`memory_summary` in config/crewai/tasks.yaml) in JSON mode after the turns it
 condenses (`summary.summary_request_messages`). Its tokens and cost go on an audit row (seq < 0, stage
-`memory_summary`, the run's id), so the session's and the run's usage include it; an answer that does not
-match the contract is recorded too (with its error) and raises, so the cut is retried at the next turn.
+`memory_summary`, the run's id) handed to `record` (the run writes it with its end, in the same statement as
+its other rows, so the run's and the session's usage include it); an answer that does not match the contract
+is recorded too (with its error) and raises, so the cut is retried at the next turn.
 """
 
 from __future__ import annotations
 
-from uuid import UUID
+from collections.abc import Callable
 
-import asyncpg
 from pydantic import ValidationError
 
-from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, WireMessage
 from agent_runtime.engine.memory.convert import to_wire
@@ -27,7 +26,6 @@ from agent_runtime.engine.memory.summary import (
 from agent_runtime.engine.memory.tokens import TokenCounter
 from agent_runtime.engine.messages.metadata import AuditMetadata
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import insert_messages
 
 SUMMARY_STAGE = "memory_summary"
 
@@ -40,9 +38,7 @@ class ModelSummarizer:
     def __init__(
         self,
         llm: LLMClient,
-        pool: asyncpg.Pool,
-        ctx: RequestContext,
-        session_id: UUID,
+        record: Callable[[NewMessage], None],
         *,
         run_id: str,
         model: str,
@@ -52,9 +48,7 @@ class ModelSummarizer:
         counter: TokenCounter,
     ) -> None:
         self._llm = llm
-        self._pool = pool
-        self._ctx = ctx
-        self._session_id = session_id
+        self._record_row = record
         self._run_id = run_id
         self._model = model
         self._system = system
@@ -71,12 +65,12 @@ class ModelSummarizer:
         try:
             summary = ConversationSummary.model_validate_json(_json_text(response.content)).summary.strip()
         except ValidationError as exc:
-            await self._record(response, error=f"rejected: did not match the summary contract ({exc.error_count()})")
+            self._record(response, error=f"rejected: did not match the summary contract ({exc.error_count()} errors)")
             raise SummaryOutputError("the model's summary did not match the ConversationSummary contract") from exc
-        await self._record(response, error=None)
+        self._record(response, error=None)
         return clip_to_tokens(summary, self._max_tokens, self._counter)
 
-    async def _record(self, response: LLMResponse, *, error: str | None) -> None:
+    def _record(self, response: LLMResponse, *, error: str | None) -> None:
         cost = response.cost
         metadata = AuditMetadata(
             stage=SUMMARY_STAGE,
@@ -95,7 +89,7 @@ class ModelSummarizer:
             output_tokens=cost.output_tokens,
             cost=cost.cost,
         )
-        await insert_messages(self._pool, self._ctx, self._session_id, [row])
+        self._record_row(row)
 
 
 def _json_text(content: str) -> str:
