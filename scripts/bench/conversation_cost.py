@@ -196,6 +196,7 @@ class Conversation:
     cost: Decimal = Decimal(0)
     model_calls: int = 0
     cuts: int = 0
+    opening_prompt: int = 0
     first_ratios: list[float] = field(default_factory=list)
 
 
@@ -239,6 +240,7 @@ async def conversation(
     result.prompt_tokens, result.hit_tokens = usage.total.input_tokens, usage.total.cached_tokens
     result.cost, result.model_calls = usage.total.cost, usage.total.model_calls
     result.largest_prompt = max(a.prompt_tokens for a in stub.accounts)
+    result.opening_prompt = stub.accounts[0].prompt_tokens
     return result
 
 
@@ -273,7 +275,10 @@ def report(results: list[Conversation]) -> None:
     for c in results:
         groups.setdefault((c.turns, c.tools, c.lang), []).append(c)
     for (turns, tools, lang), rows in groups.items():
-        print(f"\n{turns} turns, {'tools every 3rd turn' if tools else 'no tools'}, {lang}")
+        opening = rows[0].opening_prompt
+        print(
+            f"\n{turns} turns, {'tools every 3rd turn' if tools else 'no tools'}, {lang} (turn 1's request: {opening})"
+        )
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         base = {c.policy: c.cost for c in rows}
