@@ -71,6 +71,10 @@ async def test_chat_memory_on_postgres_windows_and_clears(engine: RuntimeEngine,
     assert [m.content for m in window] == ["q3", "a3", "q4", "a4"]
     await memory.clear(cid)
     assert await memory.get(cid) == []
+    marks = "SELECT count(*) FROM agent_memory_windows WHERE session_id = $1::uuid"
+    assert await engine.pool.fetchval(marks, cid) == 0, "the cut marks (and their summaries) go with the messages"
+    await memory.add(cid, [UserMessage(content="again"), AssistantMessage(content="fresh")])
+    assert [m.content for m in await memory.get(cid)] == ["again", "fresh"]
 
 
 async def test_foreign_and_invalid_conversations(engine: RuntimeEngine, make_user: Callable[[], User]) -> None:
