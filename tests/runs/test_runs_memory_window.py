@@ -10,8 +10,10 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
+from tests.runs.test_runs_statements import counted_statements
 from tests.stubs.deepseek_stub import StubReply
 
 from agent_runtime.engine.memory.summary import summary_message
@@ -132,3 +134,23 @@ async def test_a_failed_summary_is_recorded_and_retried_at_the_next_run(
     assert retried.messages[1:-1] == _turns(0, 11)
     assert intent.messages[1]["content"] == summary_message(SUMMARY, "x").content
     assert intent.messages[2:-1] == [*_turns(12, 15)[:-1], {"role": "assistant", "content": "Noted."}]
+
+
+async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window (mark and summary included) is one statement; a cut adds the read of what it drops and the
+    write of the new mark; the summary's audit row goes in the run's last statement."""
+    user = make_user()
+    sid = await _long_session(h, user)
+    h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))
+    with counted_statements(monkeypatch) as cut:
+        result = await h.run(user, sid, "question 15")
+    assert types(result.events)[-1] == "RUN_FINISHED"
+    assert [kind.split(" ")[0] for kind in cut] == ["start", "window", "SELECT", "INSERT", "finish"]
+    assert "agent_memory_windows" in cut[3]
+
+    h.stub.enqueue(intent_direct("Noted again."))
+    with counted_statements(monkeypatch) as kept:
+        await h.run(user, sid, "question 16")
+    assert kept == ["start", "window", "finish"]
