@@ -154,3 +154,24 @@ async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
     with counted_statements(monkeypatch) as kept:
         await h.run(user, sid, "question 16")
     assert kept == ["start", "window", "finish"]
+
+
+async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:
+    """No provider configured: summaries are off by default, and when turned on the offline demo model writes
+    a deterministic one, through the same path (LiteLLM custom provider, JSON mode, audit row)."""
+    async with make_harness(llm_model=None, llm_api_base=None, deepseek_api_key=None, run_timeout_seconds=120) as h:
+        assert not h.settings.memory_summary_enabled
+    async with make_harness(
+        llm_model=None, llm_api_base=None, deepseek_api_key=None, memory_summary=True, run_timeout_seconds=120
+    ) as h:
+        user = make_user()
+        sid = await _long_session(h, user)
+
+        result = await h.run(user, sid, "question 15")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.events[-1]
+        rows = await h.rows(user, sid)
+        (summary,) = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
+        said = "; ".join(f'\\"question {turn}\\"' for turn in range(5, 11))
+        assert summary.content == '{"summary": "[demo model] Earlier the user said: ' + said + '."}'
+        assert h.stub.requests == [], "nothing left the process"
