@@ -81,8 +81,9 @@ async def test_two_processes_compute_the_same_window(engine: RuntimeEngine, user
     windows = [json.loads(out) for out, _ in outputs]
     # 13 messages are over 8 (7 with the summary): the cut keeps 3 (4 with the summary) whole turns' worth.
     expected = {"start": None, "summary": "summary of q0,a0,q1,a1,q2,a2,q3,a3,q4,a4", "messages": ["q5", "a5", "q6"]}
+    # Both cut, or the second read after the first had stored its cut (and then reads it): the same window.
+    assert any(window["cut"] for window in windows)
     for window in windows:
-        assert window["cut"] is True
         assert {**window, "start": None, "cut": None} == {**expected, "cut": None}
     assert windows[0]["start"] == windows[1]["start"]
     stored = await engine.pool.fetch(
