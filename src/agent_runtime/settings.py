@@ -68,6 +68,10 @@ class Settings(BaseSettings):
 
     memory_max_messages: int = Field(default=20, ge=1)
     memory_max_tokens: int = Field(default=8000, ge=1)
+    memory_low_messages: int = Field(default=10, ge=1)
+    memory_low_tokens: int = Field(default=4000, ge=1)
+    memory_summary: bool | None = None
+    memory_summary_max_tokens: int = Field(default=400, ge=100)
 
     crewai_config_dir: Path = PROJECT_ROOT / "config" / "crewai"
     run_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -89,7 +93,9 @@ class Settings(BaseSettings):
     user_daily_budget_cny: Decimal = Field(default=Decimal("5"), ge=0, max_digits=20, decimal_places=10)
     user_monthly_budget_cny: Decimal = Field(default=Decimal("50"), ge=0, max_digits=20, decimal_places=10)
 
-    @field_validator("llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", mode="before")
+    @field_validator(
+        "llm_model", "llm_api_base", "database_url", "jwt_issuer", "jwt_audience", "memory_summary", mode="before"
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         return None if value == "" else value
@@ -100,10 +106,21 @@ class Settings(BaseSettings):
             raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        if self.memory_low_messages > self.memory_max_messages or self.memory_low_tokens > self.memory_max_tokens:
+            raise ValueError(
+                "MEMORY_LOW_MESSAGES/MEMORY_LOW_TOKENS must not exceed MEMORY_MAX_MESSAGES/MEMORY_MAX_TOKENS"
+            )
+        if self.memory_summary_enabled and self.memory_summary_max_tokens >= self.memory_max_tokens:
+            raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
         if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
             # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
             raise ValueError("RUN_HEARTBEAT_SECONDS must be at most half of RUN_LEASE_SECONDS")
         return self
+
+    @property
+    def memory_summary_enabled(self) -> bool:
+        """MEMORY_SUMMARY, or when unset: on with a real model, off with the demo model."""
+        return self.memory_summary if self.memory_summary is not None else not self.is_demo_model
 
     @property
     def effective_llm_model(self) -> str:
