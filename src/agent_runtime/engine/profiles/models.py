@@ -11,6 +11,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import langcodes
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
 
+from agent_runtime.engine.text import ClientJsonObject, ClientText
+
 
 def _bcp47(value: str) -> str:
     # langcodes parses the full BCP-47 grammar; we also require the language subtag to be a
@@ -42,9 +44,10 @@ def _iso_country(value: str) -> str:
 
 
 # 35 characters is the longest tag RFC 5646 requires implementations to support (section 4.4.1).
-LanguageTag = Annotated[str, Field(max_length=35), AfterValidator(_bcp47)]
-TimeZoneName = Annotated[str, Field(max_length=64), AfterValidator(_iana_timezone)]
-CountryCode = Annotated[str, AfterValidator(_iso_country)]
+# ClientText first, so that NUL or a lone surrogate gets the same error here as in every other text field.
+LanguageTag = Annotated[ClientText, Field(max_length=35), AfterValidator(_bcp47)]
+TimeZoneName = Annotated[ClientText, Field(max_length=64), AfterValidator(_iana_timezone)]
+CountryCode = Annotated[ClientText, AfterValidator(_iso_country)]
 
 
 class PreferenceSettings(BaseModel):
@@ -61,8 +64,8 @@ class ProfileSettingsV1(BaseModel):
 
     version: Literal[1] = 1
     preferences: PreferenceSettings = Field(default_factory=PreferenceSettings)
-    privacy: dict[str, Any] = Field(default_factory=dict)
-    notification: dict[str, Any] = Field(default_factory=dict)
+    privacy: ClientJsonObject = Field(default_factory=dict)
+    notification: ClientJsonObject = Field(default_factory=dict)
 
 
 class ProfileSettingsV2(BaseModel):
@@ -70,9 +73,9 @@ class ProfileSettingsV2(BaseModel):
 
     version: Literal[2] = 2
     preferences: PreferenceSettings = Field(default_factory=PreferenceSettings)
-    privacy: dict[str, Any] = Field(default_factory=dict)
-    notification: dict[str, Any] = Field(default_factory=dict)
-    safety: dict[str, Any] = Field(default_factory=dict)
+    privacy: ClientJsonObject = Field(default_factory=dict)
+    notification: ClientJsonObject = Field(default_factory=dict)
+    safety: ClientJsonObject = Field(default_factory=dict)
 
 
 def _missing_version_is_v1(value: object) -> object:
