@@ -40,6 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from agent_runtime.api.app import create_app
+    from agent_runtime.api.transport import uvicorn_limits
     from agent_runtime.logging_setup import configure_logging
     from agent_runtime.settings import Settings
 
@@ -66,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),  # uvicorn takes whole seconds
+        **uvicorn_limits(settings),  # header size and deadline, keep-alive, concurrency ceiling
     )
     return 0
 
