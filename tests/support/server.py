@@ -7,11 +7,14 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from uuid import uuid4
 
 import httpx
+import jwt
 from tests.conftest import TEST_JWT_SECRET
 
 # Model and provider settings a developer's environment may hold: a spawned server runs the offline demo model.
@@ -72,3 +75,8 @@ async def running_server(database_url: str, **env: str) -> AsyncIterator[Running
             proc.send_signal(signal.SIGTERM)
         output = (await asyncio.wait_for(proc.communicate(), 30))[0].decode()
         assert proc.returncode in (0, -signal.SIGTERM), output[-3000:]
+
+
+def bearer_token() -> str:
+    claims = {"sub": str(uuid4()), "exp": int(time.time()) + 3600}
+    return jwt.encode(claims, TEST_JWT_SECRET, algorithm="HS256")

@@ -21,7 +21,23 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "AG-UI events as Server-Sent Events (`data: <json>\\n\\n`): RUN_STARTED first, "
         "RUN_FINISHED or RUN_ERROR last.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "text/event-stream": {
+                # OpenAPI 3.1 without `itemSchema`: the schema describes one event of the stream.
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "description": "One AG-UI event (ag-ui-protocol) as JSON; its `type` names it.",
+                        },
+                        "event": {"type": "string", "description": "Not sent: the SSE default, `message`."},
+                    },
+                }
+            }
+        },
     }
 }
 
@@ -44,7 +60,7 @@ def _sse(handle: RunHandle) -> StreamingResponse:
 @router.post(
     "/sessions/{session_id}/runs",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 404, 408, 409, 413, 422)},
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
     """Run the agent on a new user message; the answer streams back as AG-UI events.
@@ -59,7 +75,7 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
 @router.post(
     "/agui",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 404, 408, 409, 413, 422)},
 )
 async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is the session id (created on first use); messages not stored yet

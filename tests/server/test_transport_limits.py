@@ -9,45 +9,19 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
-from uuid import uuid4
 
 import httpx
-import jwt
 import pytest
-from tests.conftest import TEST_JWT_SECRET
-from tests.support.server import RunningServer, running_server
+from tests.server.conftest import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONCURRENCY
+from tests.support.server import RunningServer, bearer_token
 
-HEADER_TIMEOUT = 1.0
-BODY_TIMEOUT = 1.0
-MAX_CONCURRENCY = 40
-MAX_HEADER_BYTES = 32_768
 # The deadline fires on the event loop of a process that shares 2 cores with the test: allow for that.
 SLACK = 1.5
 
 
-@pytest.fixture(scope="module")
-async def server(database_url: str) -> AsyncIterator[RunningServer]:
-    limits = {
-        "HTTP_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
-        "HTTP_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
-        "HTTP_MAX_CONCURRENCY": str(MAX_CONCURRENCY),
-        "MAX_HEADER_BYTES": str(MAX_HEADER_BYTES),
-    }
-    async with running_server(database_url, **limits) as running:
-        # Wait for the server's background warm-up (CrewAI and LiteLLM imports: a few hundred MB, and a thread
-        # that holds the GIL for seconds, delaying the loop's timers): a demo run waits for it to finish.
-        headers = {"Authorization": f"Bearer {_token()}"}
-        async with httpx.AsyncClient(base_url=running.base_url, timeout=120, headers=headers) as client:
-            session = (await client.post("/v1/sessions")).json()["id"]
-            run = await client.post(f"/v1/sessions/{session}/runs", json={"message": "hi"})
-            assert "RUN_FINISHED" in run.text, run.text[-500:]
-        yield running
-
-
-def _token() -> str:
-    claims = {"sub": str(uuid4()), "exp": int(time.time()) + 600}
-    return jwt.encode(claims, TEST_JWT_SECRET, algorithm="HS256")
+@pytest.fixture
+def server(warm_server: RunningServer) -> RunningServer:
+    return warm_server
 
 
 async def _read_until_closed(reader: asyncio.StreamReader, limit: float) -> bytes:
@@ -156,7 +130,7 @@ def _urllib_post(url: str, body: bytes, token: str) -> tuple[int, bytes]:
 
 async def test_an_oversized_body_gets_the_json_413_with_urllib(server: RunningServer) -> None:
     body = json.dumps({"title": "x" * 3_000_000}).encode()  # ~3x MAX_REQUEST_BYTES (1 MiB)
-    token = _token()
+    token = bearer_token()
     for _ in range(10):
         # urllib is blocking; a worker thread keeps the test's loop free.
         status, raw = await asyncio.to_thread(_urllib_post, f"{server.base_url}/v1/sessions", body, token)
@@ -167,6 +141,21 @@ async def test_an_oversized_body_gets_the_json_413_with_urllib(server: RunningSe
             "request body exceeds 1048576 bytes",
             [],
         )
+
+
+async def test_an_oversized_body_announced_with_expect_100_continue_is_refused_before_it_is_sent(
+    server: RunningServer,
+) -> None:
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    writer.write(
+        b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 2000000\r\nExpect: 100-continue\r\n\r\n"
+    )
+    response = await _read_until_closed(reader, 5)  # no "100 Continue": the answer, then the close
+    writer.close()
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), head
+    assert json.loads(body)["error"]["code"] == "payload_too_large"
 
 
 async def test_the_connection_ceiling_answers_503_and_recovers(server: RunningServer) -> None:
