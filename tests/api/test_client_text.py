@@ -91,8 +91,8 @@ class Walker:
         for name, member in schema.get("properties", {}).items():
             for site in self.sites(member, (*loc, name)):
                 yield Site(site.loc, _in_object(base, name, site.build), site.formatted)
-        if schema.get("additionalProperties") is True:
-            # A free-form object: a bad value and a bad key, reported at the object itself.
+        if schema.get("additionalProperties", False) is not False:
+            # A free-form object (any keys): a bad nested value and a bad key, reported at the object itself.
             yield Site(loc, lambda bad: {**base, "note": [{"inner": bad}]}, False)
             yield Site(loc, lambda bad: {**base, bad: 1}, False)
 
