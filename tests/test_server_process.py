@@ -6,22 +6,35 @@ import asyncio
 import os
 import shutil
 import signal
+import socket
 import sys
 from pathlib import Path
 from uuid import uuid4
 
 import httpx
 from tests.conftest import TEST_JWT_SECRET
-from tests.support.server import free_port, spawn_serve
 
 from agent_runtime.settings import PROJECT_ROOT
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _serve(env: dict[str, str], *, stderr: int) -> asyncio.subprocess.Process:
+    """`agent-runtime serve` in a child process, stdout piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent_runtime.cli", "serve", env=env, stdout=asyncio.subprocess.PIPE, stderr=stderr
+    )
+
+
 async def test_serve_process_end_to_end(database_url: str) -> None:
-    port = free_port()
+    port = _free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "PORT": str(port)}
     env.pop("DEEPSEEK_API_KEY", None)
-    proc = await spawn_serve(env, stderr=asyncio.subprocess.STDOUT)
+    proc = await _serve(env, stderr=asyncio.subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
@@ -67,7 +80,7 @@ async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key
     tasks = config / "tasks.yaml"
     tasks.write_text(tasks.read_text().replace("{user_input}", "{user_inptu}", 1))
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "CREWAI_CONFIG_DIR": str(config)}
-    proc = await spawn_serve(env, stderr=asyncio.subprocess.PIPE)
+    proc = await _serve(env, stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 1
     assert stdout == b""  # stopped before the banner: nothing claims the service is up

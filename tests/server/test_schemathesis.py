@@ -14,7 +14,8 @@ import asyncio
 import os
 import sys
 
-from tests.support.server import RunningServer, bearer_token
+from tests.server.conftest import bearer_token
+from tests.support.serve import ServeProcess
 
 from agent_runtime.settings import PROJECT_ROOT
 
@@ -22,7 +23,7 @@ MAX_EXAMPLES = 10
 NOT_COVERED_YET = ["/v1/agui"]
 
 
-async def test_schemathesis_finds_nothing(warm_server: RunningServer) -> None:
+async def test_schemathesis_finds_nothing(warm_server: ServeProcess) -> None:
     seed = os.environ.get("SCHEMATHESIS_SEED", "20261130")
     command = [
         *(sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()"),

@@ -12,15 +12,15 @@ import urllib.request
 
 import httpx
 import pytest
-from tests.server.conftest import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONCURRENCY
-from tests.support.server import RunningServer, bearer_token
+from tests.server.conftest import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONCURRENCY, address, bearer_token
+from tests.support.serve import ServeProcess
 
 # The deadline fires on the event loop of a process that shares 2 cores with the test: allow for that.
 SLACK = 1.5
 
 
 @pytest.fixture
-def server(warm_server: RunningServer) -> RunningServer:
+def server(warm_server: ServeProcess) -> ServeProcess:
     return warm_server
 
 
@@ -37,7 +37,7 @@ async def _read_until_closed(reader: asyncio.StreamReader, limit: float) -> byte
     return received
 
 
-async def _live_ms(server: RunningServer) -> float:
+async def _live_ms(server: ServeProcess) -> float:
     async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as client:
         started = time.perf_counter()
         response = await client.get("/health/live")
@@ -53,10 +53,10 @@ def _rss_kib(pid: int, field: str) -> int:
     raise AssertionError(f"{field} not in /proc/{pid}/status")
 
 
-async def test_slow_and_silent_clients_are_closed_at_the_header_deadline(server: RunningServer) -> None:
+async def test_slow_and_silent_clients_are_closed_at_the_header_deadline(server: ServeProcess) -> None:
     async def slow_client(trickle: bool) -> float:
         started = time.monotonic()
-        reader, writer = await asyncio.open_connection(server.host, server.port)
+        reader, writer = await asyncio.open_connection(*address(server))
         if trickle:
             writer.write(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 
@@ -82,8 +82,8 @@ async def test_slow_and_silent_clients_are_closed_at_the_header_deadline(server:
     assert min(durations) >= HEADER_TIMEOUT - 0.1 and max(durations) <= HEADER_TIMEOUT + SLACK, sorted(durations)
 
 
-async def test_a_later_request_on_a_kept_alive_connection_gets_its_own_deadline(server: RunningServer) -> None:
-    reader, writer = await asyncio.open_connection(server.host, server.port)
+async def test_a_later_request_on_a_kept_alive_connection_gets_its_own_deadline(server: ServeProcess) -> None:
+    reader, writer = await asyncio.open_connection(*address(server))
     writer.write(b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n")
     first = await reader.readuntil(b'{"status":"ok"}')
     assert first.startswith(b"HTTP/1.1 200 ")
@@ -95,8 +95,8 @@ async def test_a_later_request_on_a_kept_alive_connection_gets_its_own_deadline(
     writer.close()
 
 
-async def test_a_slow_body_gets_a_json_408_and_the_connection_closed(server: RunningServer) -> None:
-    reader, writer = await asyncio.open_connection(server.host, server.port)
+async def test_a_slow_body_gets_a_json_408_and_the_connection_closed(server: ServeProcess) -> None:
+    reader, writer = await asyncio.open_connection(*address(server))
     started = time.monotonic()
     writer.write(
         b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -128,7 +128,7 @@ def _urllib_post(url: str, body: bytes, token: str) -> tuple[int, bytes]:
         return error.code, error.read()
 
 
-async def test_an_oversized_body_gets_the_json_413_with_urllib(server: RunningServer) -> None:
+async def test_an_oversized_body_gets_the_json_413_with_urllib(server: ServeProcess) -> None:
     body = json.dumps({"title": "x" * 3_000_000}).encode()  # ~3x MAX_REQUEST_BYTES (1 MiB)
     token = bearer_token()
     for _ in range(10):
@@ -144,9 +144,9 @@ async def test_an_oversized_body_gets_the_json_413_with_urllib(server: RunningSe
 
 
 async def test_an_oversized_body_announced_with_expect_100_continue_is_refused_before_it_is_sent(
-    server: RunningServer,
+    server: ServeProcess,
 ) -> None:
-    reader, writer = await asyncio.open_connection(server.host, server.port)
+    reader, writer = await asyncio.open_connection(*address(server))
     writer.write(
         b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 2000000\r\nExpect: 100-continue\r\n\r\n"
@@ -158,8 +158,8 @@ async def test_an_oversized_body_announced_with_expect_100_continue_is_refused_b
     assert json.loads(body)["error"]["code"] == "payload_too_large"
 
 
-async def test_the_connection_ceiling_answers_503_and_recovers(server: RunningServer) -> None:
-    idle = [await asyncio.open_connection(server.host, server.port) for _ in range(MAX_CONCURRENCY)]
+async def test_the_connection_ceiling_answers_503_and_recovers(server: ServeProcess) -> None:
+    idle = [await asyncio.open_connection(*address(server)) for _ in range(MAX_CONCURRENCY)]
     async with httpx.AsyncClient(base_url=server.base_url, timeout=5) as client:
         assert (await client.get("/health/live")).status_code == 503
         # The idle connections sent nothing: the header deadline closes them, and the ceiling frees up.
@@ -169,11 +169,11 @@ async def test_the_connection_ceiling_answers_503_and_recovers(server: RunningSe
         writer.close()
 
 
-async def test_huge_headers_are_refused_and_memory_stays_bounded(server: RunningServer) -> None:
-    peak_before = _rss_kib(server.pid, "VmHWM")
+async def test_huge_headers_are_refused_and_memory_stays_bounded(server: ServeProcess) -> None:
+    peak_before = _rss_kib(server.proc.pid, "VmHWM")
 
     async def huge_header_client() -> bytes:
-        reader, writer = await asyncio.open_connection(server.host, server.port)
+        reader, writer = await asyncio.open_connection(*address(server))
         writer.write(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Huge: ")
         chunk = b"a" * 1_048_576
         try:
@@ -194,4 +194,4 @@ async def test_huge_headers_are_refused_and_memory_stays_bounded(server: Running
     for response in responses:  # uvicorn's own 400 when it could still be sent, else just the close
         assert response == b"" or response.startswith(b"HTTP/1.1 400 "), response[:200]
     # 4 x 100 MB were offered; what the server held is bounded by MAX_HEADER_BYTES per connection.
-    assert _rss_kib(server.pid, "VmHWM") - peak_before < 30_000
+    assert _rss_kib(server.proc.pid, "VmHWM") - peak_before < 30_000
