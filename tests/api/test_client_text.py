@@ -9,6 +9,7 @@ messages must be unchanged afterwards.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -141,6 +142,8 @@ def _cases(document: dict[str, Any]) -> list[Case]:
             body = operation.get("requestBody", {}).get("content", {}).get("application/json")
             minimal = None if body is None else walker.minimal(body["schema"])
             for parameter in operation.get("parameters", []):
+                if parameter["in"] == "header":
+                    continue  # HTTP cannot carry NUL in a header (h11 refuses it on both sides)
                 for site in walker.sites(parameter["schema"], (parameter["name"],)):
                     # Percent-decoding turns invalid UTF-8 into U+FFFD: only NUL can reach a parameter.
                     cases.append(Case(method, path, parameter["in"], site, NUL, minimal))
@@ -197,11 +200,12 @@ async def test_unstorable_text_is_a_422_naming_the_field_and_stores_nothing(
 ) -> None:
     user = make_user()
     path = case.path
+    if case.where == "path":
+        path = path.replace(f"{{{case.site.loc[0]}}}", quote(case.bad))
     if "{session_id}" in path:
         created = await client.post("/v1/sessions", headers=user.headers, json={"title": "before"})
-        session_id = created.json()["id"]
-        bad_id = quote(case.bad) if case.where == "path" else session_id
-        path = path.replace("{session_id}", bad_id)
+        path = path.replace("{session_id}", created.json()["id"])
+    path = re.sub(r"\{[a-z_]+\}", lambda _: str(uuid4()), path)  # other ids: well formed, unknown
     before = await _snapshot(client, user)
 
     params = {str(case.site.loc[0]): case.bad} if case.where == "query" else None

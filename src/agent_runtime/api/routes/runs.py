@@ -16,6 +16,7 @@ from agent_runtime.engine.runs.event_log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
 from agent_runtime.engine.runs.models import RunCancel, RunInput, RunRequest, parse_last_event_id
 from agent_runtime.engine.runs.store import RunSummary
+from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
@@ -104,7 +105,7 @@ async def run_events(
         str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
     ] = None,
     last_event_id_param: Annotated[
-        str | None,
+        ClientText | None,
         Query(alias="last_event_id", max_length=100, description="The same, for clients that cannot set headers."),
     ] = None,
 ) -> StreamingResponse:
