@@ -67,7 +67,7 @@ def _sse(handle: RunHandle) -> StreamingResponse:
 @router.post(
     "/sessions/{session_id}/runs",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(400, 401, 404, 408, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
     """Run the agent on a new user message; the answer streams back as AG-UI events.
@@ -135,7 +135,7 @@ async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller
 @router.post(
     "/agui",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(400, 401, 404, 408, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
 async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is the session id (created on first use); messages not stored yet

@@ -27,7 +27,8 @@ async def user_usage(
     start: Annotated[Rfc3339DateTime | None, Query(description="Inclusive lower bound (RFC 3339).")] = None,
     end: Annotated[Rfc3339DateTime | None, Query(description="Exclusive upper bound (RFC 3339).")] = None,
 ) -> UsagePage:
-    """The caller's totals over a date range, with a page of per-session sums (most expensive first).
+    """The caller's totals over a date range, with a page of per-session sums (most expensive first), and what
+    remains of their daily and monthly CNY budgets now (a run past either gets 402 `budget_exceeded`).
 
     422 when `start` is not before `end`.
     """

@@ -19,7 +19,6 @@ A run's life (README "Runs under load"):
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -35,10 +34,9 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
-from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata, UserMessage
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository, to_new_message
-from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.memory.messages import ChatMetadata, UserMessage
+from agent_runtime.engine.memory.postgres import to_new_message
+from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import UserAgentContext
@@ -54,6 +52,7 @@ from agent_runtime.engine.runs.leases import LeaseKeeper
 from agent_runtime.engine.runs.models import RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.runs.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.settings import Settings
@@ -82,11 +81,10 @@ class RunService:
         self._sessions = sessions
         self._messages = messages
         self._templates = templates
-        self._llm: LLMClient | None = None
+        self._warmup = Warmup(settings)
         self._jobs: dict[UUID, RunJob] = {}
         # Every run task until it is done (a run leaves `_jobs` a moment earlier, before its log's last write).
         self._tasks: set[asyncio.Task[None]] = set()
-        self._warm: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         self.admission = Admission(settings.max_concurrent_runs)
@@ -107,36 +105,15 @@ class RunService:
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
-        # Built on first use: it imports LiteLLM (seconds of CPU), which `serve` must not wait for.
-        if self._llm is None:
-            self._llm = LLMClient(self._settings)
-        return self._llm
+        return self._warmup.client()
 
     @property
     def warm(self) -> bool:
-        return self._warm is not None and self._warm.done() and not self._warm.cancelled()
+        return self._warmup.done
 
     def ensure_warm(self) -> asyncio.Task[None]:
         """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""
-        if self._warm is None:
-            self._warm = asyncio.create_task(self._warm_up(), name="warm-up")
-        return self._warm
-
-    async def _warm_up(self) -> None:
-        """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
-        (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai_env import load_crewai
-
-        # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
-        # work that neither library offers an async way to do; a worker thread keeps the loop serving
-        # requests meanwhile (the import lock makes a concurrent first run simply wait).
-        await asyncio.to_thread(load_crewai, self._settings.data_dir)
-        await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
-        await asyncio.to_thread(self._client)
-        # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
-        # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
-        # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
-        gc.freeze()
+        return self._warmup.ensure()
 
     # -- start ---------------------------------------------------------------------------------------
 
@@ -260,18 +237,22 @@ class RunService:
         agent_ctx = UserAgentContext(
             user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
         )
-        memory = MessageWindowChatMemory(
-            PostgresChatMemoryRepository(self._pool, job.ctx),
-            WindowPolicy(
-                max_messages=self._settings.memory_max_messages,
-                max_tokens=self._settings.memory_max_tokens,
-                model=self._settings.effective_llm_model,
-            ),
+        system_prompt = build_global_system_prompt(agent_ctx)
+        # The session's memory window (engine/memory/run_memory.py): one statement, plus a summary call at a cut.
+        history = await run_history(
+            settings=self._settings,
+            pool=self._pool,
+            ctx=job.ctx,
+            session_id=job.session_id,
+            run_id=str(job.run_id),
+            current_message_id=job.user_message.id,
+            system_prompt=system_prompt,
+            llm=self._client(),
+            task=self._templates,
+            record=recorder.queue_row,
         )
-        window = await memory.get(str(job.session_id))
-        history: list[ChatMessage] = [m for m in window if m.id != job.user_message.id]
         state = build_state(
-            system_prompt=build_global_system_prompt(agent_ctx),
+            system_prompt=system_prompt,
             history=history,
             user_input=user_input(job.user_message, job.context),
             ai_language=agent_ctx.settings.preferences.ai_language,
