@@ -152,7 +152,8 @@ async def test_the_run_stops_at_the_call_and_the_tool_runs_once_only_after_appro
 
     # Resuming again: nothing is pending any more, and the tool does not run twice.
     again = await h.agui(user, _resume(sid, "resolved"))
-    assert again.status == 422 and json.loads(again.body)["error"]["message"] == "nothing to resume"
+    refused = json.loads(again.body)["error"]
+    assert (again.status, refused["code"], refused["message"]) == (409, "interrupt_unknown", "nothing to resume")
     assert len(h.stub.requests) == 4
 
 

@@ -24,12 +24,14 @@ def _kind(sql: str) -> str:
         return "start"
     if "UPDATE agent_runs SET status" in text:
         return "finish"
-    if "WITH tail AS" in text:
+    if "tail AS (" in text:  # the memory window read (engine/memory/postgres.py)
         return "window"
     if "SELECT * FROM ( SELECT" in text and "ORDER BY seq DESC LIMIT" in text:
         return "snapshot"
     if "SELECT pending_turn, client_state" in text:
         return "thread"
+    if "INSERT INTO agent_run_events" in text:
+        return "events"
     if "INSERT INTO agent_chat_messages" in text:
         return "append"
     return text[:80]
@@ -64,6 +66,7 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
 ) -> None:
     user = make_user()
     await warm_up(h, user)
+    await h.engine.runs.wait_idle()
     sid = await h.new_session(user)
     call = StubToolCall(id="call_1", name="calculator", arguments='{"expression": "6*7"}')
     h.stub.enqueue(
@@ -74,17 +77,20 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
     )
     with counted_statements(monkeypatch) as full:
         result = await h.run(user, sid, "what is 6*7?")
+        await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     # start (session, lease, run row, input row, profile, the pending turn it takes); the thread for the
     # MESSAGES_SNAPSHOT; the memory window; the tool call's row; the tool result's row (written before the
-    # next model call); the end (rows, status, run row, totals, what the session waits for).
-    assert full == ["start", "snapshot", "window", "append", "append", "finish"]
+    # next model call); the end (rows, status, run row, totals, what the session waits for); the event log,
+    # written once, with its terminal event (nobody followed the run from another replica).
+    assert full == ["start", "snapshot", "window", "append", "append", "finish", "events"]
 
     h.stub.enqueue(intent_direct("hi"))
     with counted_statements(monkeypatch) as direct:
         result = await h.run(user, sid, "hello")
+        await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
-    assert direct == ["start", "snapshot", "window", "finish"]
+    assert direct == ["start", "snapshot", "window", "finish", "events"]
 
     # Over AG-UI, one read first: the thread's pending turn, state, and which of the client's ids it stores.
     h.stub.enqueue(intent_direct("hi again"))
@@ -92,4 +98,4 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
     with counted_statements(monkeypatch) as agui:
         result = await h.agui(user, body)
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
-    assert agui == ["thread", "start", "snapshot", "window", "finish"]
+    assert agui == ["thread", "start", "snapshot", "window", "finish", "events"]

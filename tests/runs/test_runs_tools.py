@@ -69,6 +69,7 @@ def _audit(stage: str, run_id: str, content: str) -> dict[str, Any]:
         "cached_tokens": None,
         "raw_output": content,
         "error": None,
+        "reasoning": None,
     }
     return {"role": "assistant", "content": content, "metadata": metadata}
 
@@ -205,6 +206,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
             "stage": "organization",
             "demo": False,
             "message_id": reply_id,
+            "partial": None,
         },
     }
     intent_audit = {"seq": -1, **_audit("intent", run_id, intent.content)}

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import asyncpg
 
+from agent_runtime.settings import UserQuotas
 
-def _without_nul(value: Any) -> Any:
+# The characters `engine.text` refuses from clients (the db layer sits below the engine, so not imported).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable_json(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+        return {_storable_json(k): _storable_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
+        return [_storable_json(v) for v in value]
     return value
 
 
 def _dumps(value: Any) -> str:
-    """JSON for json/jsonb parameters. jsonb refuses NUL (U+0000), which model output or a client's free-form
-    settings may hold: such strings are stored with U+FFFD instead of failing the statement."""
+    """JSON for json/jsonb parameters. jsonb refuses NUL (U+0000) and lone surrogates, which model output may
+    hold (client text is refused before it gets here): such characters are stored as U+FFFD instead of
+    failing the statement. `json.dumps` escapes both as `\\u....`, so the walk only runs when one may be there
+    (a `\\ud...` is also how an emoji's valid surrogate pair is escaped: the walk then changes nothing)."""
     text = json.dumps(value)
-    return json.dumps(_without_nul(value)) if "\\u0000" in text else text
+    return json.dumps(_storable_json(value)) if "\\u0000" in text or "\\ud" in text else text
 
 
 async def _register_codecs(conn: asyncpg.Connection) -> None:
@@ -37,19 +45,21 @@ async def _keep_session_state(conn: asyncpg.Connection) -> None:
     asyncpg's default (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) was half of a
     run's statements (10 of 20). Nothing here leaves such state behind: no advisory locks (a house rule),
     no cursors outside a transaction, LISTEN only on dedicated connections, and the one session setting we
-    use (`agent_runtime.max_runs_per_user`) must survive: RESET ALL would erase it.
+    use (`agent_runtime.*`, the per-user limits) must survive: RESET ALL would erase them.
     """
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, max_runs_per_user: int | None = None
+    dsn: str, *, min_size: int = 1, max_size: int = 10, quotas: UserQuotas | None = None
 ) -> asyncpg.Pool:
-    """`max_runs_per_user` is read by the database's per-user run limit (migrations/0003); None = no limit."""
+    """`quotas` are the per-user limits the database's triggers read (migrations/0003, 0007), set once per
+    connection as `agent_runtime.<name>` session settings; None or an unset limit: none."""
+    limits = {name: str(value) for name, value in (quotas or UserQuotas()).model_dump().items() if value is not None}
 
     async def init(conn: asyncpg.Connection) -> None:
         await _register_codecs(conn)
-        if max_runs_per_user is not None:
-            await conn.execute(f"SET agent_runtime.max_runs_per_user = {int(max_runs_per_user)}")
+        for name, value in limits.items():
+            await conn.execute("SELECT set_config($1, $2, false)", f"agent_runtime.{name}", value)
 
     pool = await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init, reset=_keep_session_state, command_timeout=60

@@ -7,7 +7,6 @@ event log attaches there), and `stream()` hands them to the HTTP response in ord
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ag_ui.core import (
     ReasoningMessageStartEvent,
     ReasoningStartEvent,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
@@ -44,6 +44,7 @@ from ag_ui.core import (
 from pydantic import JsonValue
 
 from agent_runtime.engine.memory.convert import to_agui as message_to_agui
+from agent_runtime.engine.runs.event_log import LoggedEvent, RunEventLog
 from agent_runtime.engine.runs.run_events import (
     MessagesSnapshot,
     ModelUsage,
@@ -106,8 +107,10 @@ def _interrupt(pending: PendingInterrupt) -> Interrupt:
 
 
 def _finished(event: RunFinished, thread_id: str, run_id: str) -> RunFinishedEvent:
-    outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome | None = None
-    if event.interrupts:
+    outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome | RunFinishedCancelledOutcome | None = None
+    if event.cancelled:
+        outcome = RunFinishedCancelledOutcome()
+    elif event.interrupts:
         outcome = RunFinishedInterruptOutcome(interrupts=[_interrupt(i) for i in event.interrupts])
     elif event.pending_tool_call_ids:
         outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=event.pending_tool_call_ids)
@@ -225,26 +228,22 @@ def to_agui(event: RunEvent, *, thread_id: str, run_id: str) -> list[BaseEvent]:
 
 
 class AguiStream:
-    """A run's AG-UI event stream: run events in (`emit`), AG-UI events out (`publish`, then `stream()`)."""
+    """A run's AG-UI event stream: run events in (`emit`), AG-UI events out through `publish` into the run's
+    event log (`event_log.py`: numbered, stored, followed from any replica), read back with `stream()`."""
 
-    def __init__(self, *, thread_id: str, run_id: str) -> None:
+    def __init__(self, *, thread_id: str, run_id: str, log: RunEventLog) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        self._queue: asyncio.Queue[BaseEvent | None] = asyncio.Queue()
+        self.log = log
 
     def emit(self, event: RunEvent) -> None:
         for agui_event in to_agui(event, thread_id=self.thread_id, run_id=self.run_id):
             self.publish(agui_event)
-        if isinstance(event, RunFinished | RunFailed):
-            self._queue.put_nowait(None)
 
     def publish(self, event: BaseEvent) -> None:
         """Every AG-UI event of the run leaves through here, in order."""
-        self._queue.put_nowait(event)
+        self.log.append(event)
 
-    async def stream(self) -> AsyncIterator[BaseEvent]:
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
-            yield event
+    def stream(self) -> AsyncIterator[LoggedEvent]:
+        """The run's events from the first, as they come, to the terminal one."""
+        return self.log.follow(0)

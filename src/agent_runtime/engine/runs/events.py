@@ -3,7 +3,7 @@
 Every run has its own emitter, so events of concurrent runs cannot mix. The emitter keeps the order
 valid whatever its callers do: RUN_STARTED first, text and reasoning only inside an open message,
 open messages and stages closed before the terminal event, and nothing after RUN_FINISHED or
-RUN_ERROR. The sink (`AguiStream.emit` in production) turns them into AG-UI.
+RUN_ERROR. The sink (`AguiStream.emit` in production) turns them into AG-UI and into the run's event log.
 """
 
 from __future__ import annotations
@@ -142,10 +142,16 @@ class RunEvents:
         *,
         pending_tool_call_ids: list[str] | None = None,
         interrupts: list[PendingInterrupt] | None = None,
+        cancelled: bool = False,
     ) -> None:
         self._close_open()
         self._put(
-            RunFinished(usage=usage, pending_tool_call_ids=pending_tool_call_ids or [], interrupts=interrupts or [])
+            RunFinished(
+                usage=usage,
+                pending_tool_call_ids=pending_tool_call_ids or [],
+                interrupts=interrupts or [],
+                cancelled=cancelled,
+            )
         )
         self._closed = True
 

@@ -3,7 +3,8 @@
 Stored rows stay as they are (append-only); only the model's view is reshaped, where the run reads the window:
 - the turn being answered is the run of user messages at the end of the window (a turn whose run failed got
   no answer, so it is part of the question now): their texts are joined into this turn's request;
-- older consecutive user messages (an unanswered turn followed by an answered one) are merged into one;
+- older consecutive user messages (an unanswered turn followed by an answered one, or the memory's summary
+  of cut turns, a user message of data, followed by the first kept turn) are merged into one;
 - whatever follows the last user message (the tool calls and results of a turn that was waiting for
   approvals or for the client's tool results) is the turn's continuation, handed back to its stage.
 """
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
+from agent_runtime.engine.memory.summary import SUMMARY_ID_PREFIX
 
 TURN_SEPARATOR = "\n\n"
 
@@ -23,6 +25,11 @@ class ModelTurn(BaseModel):
     history: list[ChatMessage]
     request: str
     continuation: list[ChatMessage]
+
+
+def _is_summary(message: ChatMessage) -> bool:
+    # The memory's summary of cut turns (a user message of data, first in the window): history, not the turn.
+    return message.id.startswith(SUMMARY_ID_PREFIX)
 
 
 def _merge_users(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
@@ -42,7 +49,7 @@ def split_turn(window: Sequence[ChatMessage]) -> ModelTurn:
     if last is None:
         return ModelTurn(history=_merge_users(window), request="", continuation=[])
     first = last
-    while first > 0 and isinstance(window[first - 1], UserMessage):
+    while first > 0 and isinstance(window[first - 1], UserMessage) and not _is_summary(window[first - 1]):
         first -= 1
     request = TURN_SEPARATOR.join(m.content for m in window[first : last + 1])
     return ModelTurn(history=_merge_users(window[:first]), request=request, continuation=list(window[last + 1 :]))

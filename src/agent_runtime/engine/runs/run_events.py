@@ -132,10 +132,12 @@ class PendingInterrupt(_Event):
 
 
 class RunFinished(_Event):
-    """The run ended without failing: completed, or waiting for approvals / the client's tool results."""
+    """The run ended without failing: completed, cancelled by the user, or waiting for approvals / the
+    client's tool results."""
 
     kind: Literal["run_finished"] = "run_finished"
     usage: list[ModelUsage] = Field(default_factory=list)
+    cancelled: bool = False
     pending_tool_call_ids: list[str] = Field(default_factory=list, description="Frontend tool calls to answer.")
     interrupts: list[PendingInterrupt] = Field(default_factory=list)
 

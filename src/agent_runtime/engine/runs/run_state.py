@@ -3,7 +3,7 @@
 The agent state the client holds is its own data (what it sent as `RunAgentInput.state`, stored on the
 session as data and never shown to the model) plus one key the server owns, `agentRuntime`:
 
-    {"runId": "...", "status": "running" | "completed" | "interrupted" | "failed",
+    {"runId": "...", "status": "running" | "completed" | "interrupted" | "cancelled" | "failed",
      "stage": "intent" | "execution" | "organization" | null,
      "route": "DIRECT_EXECUTION" | "NEEDS_EXECUTION" | null,
      "pendingToolCallIds": [...], "interrupts": [...interrupt ids]}
@@ -23,7 +23,7 @@ from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.run_events import PatchOperation
 
 RUN_STATE_KEY = "agentRuntime"
-RunStatus = Literal["running", "completed", "interrupted", "failed"]
+RunStatus = Literal["running", "completed", "interrupted", "cancelled", "failed"]
 
 
 class RunState(BaseModel):

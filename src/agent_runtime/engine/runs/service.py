@@ -12,16 +12,15 @@ A run's life (README "Runs under load"):
 4. Shutdown (`drain`): readiness and new runs are refused at once; runs in flight get
    SHUTDOWN_GRACE_SECONDS, then end with RUN_ERROR `run_interrupted` in their stream (and a failed
    session with the same error_id) before their connection closes.
+5. Every event goes into the run's event log (`event_log.py`, `event_hub.py`): numbered, stored, and
+   followed from any replica; a cancel (`cancel`) reaches the run wherever it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import os
-import socket
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -34,6 +33,7 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.memory.tokens import litellm_token_counter
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
@@ -41,72 +41,26 @@ from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.admission import Admission
 from agent_runtime.engine.runs.agui_input import read_agui_input
 from agent_runtime.engine.runs.agui_mapper import AguiStream
+from agent_runtime.engine.runs.event_hub import RunEventHub, run_not_found
+from agent_runtime.engine.runs.event_log import LoggedEvent
+from agent_runtime.engine.runs.event_store import EventStore
 from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.finish import RunEnding, RunFailure
+from agent_runtime.engine.runs.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
 from agent_runtime.engine.runs.leases import LeaseKeeper
 from agent_runtime.engine.runs.models import RunInput
 from agent_runtime.engine.runs.pending import PendingStore, SessionAguiState
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.runs.run_state import RunStateTracker
-from agent_runtime.engine.runs.store import HeldRun, RunEnd, RunIdTakenError, RunStore, StartedRun
+from agent_runtime.engine.runs.store import RunEnd, RunIdTakenError, RunStore
 from agent_runtime.engine.runs.turn_input import TokenCounter, check_token_budget, message_token_limit, rows_to_store
 from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
 from agent_runtime.engine.runs.turn_runner import TurnJob, TurnResult, TurnRunner
+from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Started:
-    run: StartedRun
-    plan: TurnPlan
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    session_id: UUID
-    run_id: UUID
-    events: AguiStream
-
-
-@dataclass
-class _RunJob:
-    ctx: RequestContext
-    started: StartedRun
-    turn: TurnJob
-    task: asyncio.Task[None] | None = None
-    # Set before the task is cancelled from outside: what the run's RUN_ERROR says.
-    stop_reason: RunFailure | None = None
-    # Once the end is being written, nothing cancels the run any more (the write would be torn).
-    ending: bool = False
-    route: str | None = field(default=None)
-
-    @property
-    def session_id(self) -> UUID:
-        return self.started.session.id
-
-    @property
-    def run_id(self) -> UUID:
-        return self.started.run_id
-
-    @property
-    def events(self) -> RunEvents:
-        return self.turn.events
-
-    def held(self) -> HeldRun:
-        return HeldRun(session_id=self.session_id, user_id=self.ctx.user_id, run_id=self.run_id)
-
-    def stop(self, reason: RunFailure) -> None:
-        if self.task is not None and not self.task.done() and not self.ending:
-            self.stop_reason = reason
-            self.task.cancel()
-
-
-def process_owner_id() -> str:
-    """This process's name on the leases it holds (host, pid, and a nonce: pids are reused)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid4().hex[:8]}"
 
 
 class RunService:
@@ -117,39 +71,49 @@ class RunService:
         sessions: SessionService,
         messages: MessageStore,
         templates: FlowTemplates,
+        *,
+        dsn: str | None = None,
     ) -> None:
+        """`dsn`: for the connection that LISTENs for run events and controls; without it (tests of the engine
+        alone) followers of other processes' runs poll the stored log."""
         self._settings = settings
         self._pool = pool
         self._sessions = sessions
         self._messages = messages
         self._templates = templates
-        self._llm: LLMClient | None = None
-        self._jobs: dict[UUID, _RunJob] = {}
-        self._warm: asyncio.Task[None] | None = None
+        self._warmup = Warmup(settings)
+        self._jobs: dict[UUID, RunJob] = {}
+        # Every run task until it is done (a run leaves `_jobs` a moment earlier, before its log's last write).
+        self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         self.admission = Admission(settings.max_concurrent_runs)
         self.store = RunStore(pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds)
         self._threads = FlowThreads(settings.max_concurrent_runs)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
-        self._tools = engine_tools(ProfileService(pool))
-        self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
-        self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads)
         self.leases = LeaseKeeper(
             self.store,
             heartbeat_seconds=settings.run_heartbeat_seconds,
             sweep_seconds=settings.run_sweep_seconds,
+            events_retention_seconds=settings.run_events_retention_seconds,
             held=lambda: [job.held() for job in self._jobs.values()],
             on_lost=self._lost,
+            on_cancel=self._cancel_requested,
         )
+        self.events = EventStore(pool)
+        self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested)
+        self._tools = engine_tools(ProfileService(pool))
+        self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
+        self._pending = PendingStore(pool)
+        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
-        # Built on first use: it imports LiteLLM (seconds of CPU), which `serve` must not wait for.
-        if self._llm is None:
-            self._llm = LLMClient(self._settings)
-        return self._llm
+        return self._warmup.client()
+
+    @property
+    def warm(self) -> bool:
+        return self._warmup.done
 
     async def _token_counter(self) -> TokenCounter:
         await asyncio.shield(self.ensure_warm())  # the tokenizer is LiteLLM's, imported by the warm-up
@@ -157,39 +121,19 @@ class RunService:
 
     def ensure_warm(self) -> asyncio.Task[None]:
         """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""
-        if self._warm is None:
-            self._warm = asyncio.create_task(self._warm_up(), name="warm-up")
-        return self._warm
-
-    async def _warm_up(self) -> None:
-        """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
-        (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai_env import load_crewai
-
-        # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
-        # work that neither library offers an async way to do; a worker thread keeps the loop serving
-        # requests meanwhile (the import lock makes a concurrent first run simply wait).
-        await asyncio.to_thread(load_crewai, self._settings.data_dir)
-        await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
-        await asyncio.to_thread(self._client)
-        # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
-        # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
-        # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
-        gc.freeze()
+        return self._warmup.ensure()
 
     # -- start ---------------------------------------------------------------------------------------
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
-        # A new turn is planned as if nothing were pending (the start then checks that in its statement);
-        # answers to interrupts need to know them first.
+        # A new turn is planned as if nothing were pending (the start checks that in its statement); answers
+        # to interrupts need to know them first.
         thread = await self._pending.load(ctx, session_id) if run_input.resume else None
         return await self._start(ctx, session_id, run_input, thread)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
-        """AG-UI entry: the thread is one of the caller's sessions. A thread id that is not the caller's
-        session is a 404 whether it exists or not (new threads come from `POST /v1/sessions`), so thread
-        ids cannot be probed. Messages already stored (matched by id) are history; see agui_input.py for
-        what else is taken."""
+        """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
+        (new threads come from `POST /v1/sessions`: ids cannot be probed); agui_input.py says what is taken."""
         request = await read_agui_input(ctx, agui_input, self._pending, server_tools=self._tools.names())
         return await self._start(ctx, request.session_id, request.run_input, request.thread)
 
@@ -198,9 +142,8 @@ class RunService:
     ) -> RunHandle:
         plan = plan_turn(run_input, thread.pending if thread else None, self._tool_map)
         limit = message_token_limit(self._settings.memory_max_tokens)
-        await check_token_budget(
-            [*run_input.new_messages, *run_input.tool_results], limit=limit, counter=self._token_counter
-        )
+        added: list[ChatMessage] = [*run_input.new_messages, *run_input.tool_results]
+        await check_token_budget(added, limit=limit, counter=self._token_counter)
         self.admission.admit()
         try:
             admitted = await self._start_in_db(ctx, session_id, run_input, plan)
@@ -208,7 +151,9 @@ class RunService:
             self.admission.release()
             raise
         started = admitted.run
-        stream = AguiStream(thread_id=str(session_id), run_id=str(started.run_id))
+        stream = AguiStream(
+            thread_id=str(session_id), run_id=str(started.run_id), log=self.hub.open_log(started.run_id, ctx.user_id)
+        )
         events = RunEvents(stream.emit)
         events.run_started()
         if run_input.ignored:
@@ -224,37 +169,33 @@ class RunService:
             events=events,
             state=RunStateTracker(events, str(started.run_id)),
         )
-        job = _RunJob(ctx, started, turn)
+        job = RunJob(ctx, started, turn, stream.log)
         self._jobs[started.run_id] = job
         job.task = asyncio.create_task(self._execute(job), name=f"run-{started.run_id}")
+        self._tasks.add(job.task)
+        job.task.add_done_callback(self._tasks.discard)
         return RunHandle(session_id=session_id, run_id=started.run_id, events=stream)
 
-    async def _start_in_db(
-        self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan
-    ) -> _Started:
+    async def _start_in_db(self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan) -> Started:
         run_id = run_input.run_id or uuid4()
         swept = False
         while True:
             expected = plan.pending.id if plan.pending is not None else None
+            rows = rows_to_store(run_input, plan, run_id)
             try:
                 started = await self.store.start(
-                    ctx,
-                    session_id,
-                    run_id,
-                    rows_to_store(run_input, plan, run_id),
-                    pending_id=expected,
-                    client_state=run_input.client_state,
+                    ctx, session_id, run_id, rows, pending_id=expected, client_state=run_input.client_state
                 )
             except RunIdTakenError:
                 # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.
                 run_id = uuid4()
                 continue
             if started is not None:
-                return _Started(run=started, plan=plan)
+                return Started(run=started, plan=plan)
             thread = await self._pending.load(ctx, session_id)
             if (thread.pending.id if thread.pending else None) != expected:
                 # The session waits for something else than planned (approvals, say): plan again, which
-                # refuses the run if it does not answer them (409 interrupt_pending).
+                # refuses the run when it does not answer them (409 interrupt_pending).
                 plan = plan_turn(run_input, thread.pending, self._tool_map)
                 continue
             if swept:
@@ -265,7 +206,7 @@ class RunService:
 
     # -- execute -------------------------------------------------------------------------------------
 
-    async def _execute(self, job: _RunJob) -> None:
+    async def _execute(self, job: RunJob) -> None:
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
@@ -277,7 +218,7 @@ class RunService:
                     # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
                     from agent_runtime.engine.runs.gateway import RunGateway
 
-                    gateway = RunGateway(
+                    job.gateway = RunGateway(
                         self._client(),
                         job.events,
                         recorder,
@@ -287,8 +228,11 @@ class RunService:
                         frontend_tools=job.turn.run_input.frontend_tools,
                         state=job.turn.state,
                     )
-                    result = await self._turns.run(job.turn, gateway, recorder)
+                    result = await self._turns.run(job.turn, job.gateway, recorder)
             except BaseException as exc:
+                if job.stop_reason is CANCELLED:
+                    await self._cancelled(job, recorder)
+                    return
                 failure = job.stop_reason or RunFailure.of(exc)
                 await self._fail(job, failure, recorder.failed_rows(f"{failure.code}: {failure.message}"), exc)
                 if not isinstance(exc, Exception) and job.stop_reason is None:
@@ -307,18 +251,35 @@ class RunService:
         finally:
             self._jobs.pop(job.run_id, None)
             self.admission.release()
+            await self.hub.close_log(job.log)
 
-    async def _announce(self, job: _RunJob, end: RunEnd, result: TurnResult) -> None:
+    async def _cancelled(self, job: RunJob, recorder: RunRecorder) -> None:
+        """The user stopped the run: keep what it produced (the answer as far as it was streamed, marked
+        partial), record it completed (run status `cancelled`), and finish with outcome `cancelled`."""
+        job.ending = True
+        gateway = job.gateway
+        rows = recorder.cancelled_rows(
+            answer_text=gateway.streamed_answer if gateway is not None else "",
+            message_id=gateway.answer_message_id if gateway is not None else str(uuid4()),
+            demo=self._settings.is_demo_model,
+        )
+        end = await self._ending.record(job.ctx, job.started, "completed", rows, run_status="cancelled")
+        log.info("run cancelled", extra={"run_id": str(job.run_id), "session_id": str(job.session_id)})
+        if end is None:
+            await self._fail(job, RunFailure("internal_error", "the cancelled run could not be stored"), [], None)
+            return
+        await self._announce(job, end, TurnResult(rows=[], route=job.route), cancelled=True)
+
+    async def _announce(self, job: RunJob, end: RunEnd, result: TurnResult, *, cancelled: bool = False) -> None:
         if result.answer_message_id is not None:
             try:
                 await self._turns.retract_unstored_text(job.turn, keep=result.answer_message_id)
             except Exception:
                 log.exception("could not send the run's messages snapshot", extra={"run_id": str(job.run_id)})
-        totals = end.totals
-        self._turns.finished(job.turn, totals, result)
-        log.info("run completed", extra={"run_id": str(job.run_id), "route": job.route, "cost": str(totals.cost)})
+        self._turns.finished(job.turn, end.totals, result, cancelled=cancelled)
+        log.info("run completed", extra={"run_id": str(job.run_id), "route": job.route, "cost": str(end.totals.cost)})
 
-    async def _fail(self, job: _RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
+    async def _fail(self, job: RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
         error_id = uuid4().hex
         log.error(
             "run failed",
@@ -347,6 +308,7 @@ class RunService:
         """Start the lease keeper (renewals and sweeps); the lifespan calls it once, on the app's loop."""
         self._loop = asyncio.get_running_loop()
         self.leases.start()
+        self.hub.start()
 
     def request_drain(self) -> None:
         """Start draining on the app's loop; safe from a signal handler or another thread."""
@@ -357,6 +319,27 @@ class RunService:
         self.admission.draining = True
         if self._draining is None:
             self._draining = asyncio.create_task(self.drain(), name="drain")
+
+    async def follow(
+        self, ctx: RequestContext, session_id: UUID, run_id: UUID, *, after: int
+    ) -> AsyncIterator[LoggedEvent]:
+        """A run's events after seq `after`, to its terminal event, wherever the run runs (see event_hub)."""
+        return await self.hub.follow(ctx, session_id, run_id, after=after)
+
+    async def cancel(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> str:
+        """Stop the run wherever it runs (idempotent); returns its status as stored now."""
+        status = await self.events.request_cancel(ctx, session_id, run_id)
+        if status is None:
+            raise run_not_found(run_id)
+        # Here at once when it runs here; elsewhere its process hears the NOTIFY (or its next heartbeat).
+        self._cancel_requested({run_id})
+        return status
+
+    def _cancel_requested(self, run_ids: set[UUID] | UUID) -> None:
+        for run_id in run_ids if isinstance(run_ids, set) else {run_ids}:
+            job = self._jobs.get(run_id)
+            if job is not None:
+                job.stop(CANCELLED)
 
     def _lost(self, run_ids: set[UUID]) -> None:
         for run_id in run_ids:
@@ -371,7 +354,7 @@ class RunService:
         so their RUN_ERROR reaches the clients), the lifespan again at the end.
         """
         self.admission.draining = True
-        tasks = {job.task for job in self._jobs.values() if job.task is not None}
+        tasks = set(self._tasks)
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
@@ -383,7 +366,13 @@ class RunService:
             # to the sweep of another replica (their leases expire).
             await asyncio.wait(pending, timeout=5)
 
+    async def wait_idle(self) -> None:
+        """Until no run is in flight, their logs written included (tests and benchmarks)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
     async def aclose(self) -> None:
         await (self._draining if self._draining is not None else self.drain())
         await self.leases.stop()
+        await self.hub.stop()
         self._threads.shutdown()

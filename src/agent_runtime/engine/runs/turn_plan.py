@@ -31,8 +31,10 @@ class InterruptPendingError(ConflictError):
     code = "interrupt_pending"
 
 
-class PendingChangedError(ConflictError):
-    code = "pending_changed"
+class NothingPendingError(ConflictError):
+    """A resume entry that answers no interrupt of the thread as it is now (a state conflict, not bad input)."""
+
+    code = "interrupt_unknown"
 
 
 class CallDecision(BaseModel):
@@ -80,8 +82,9 @@ def _approvals(run_input: RunInput, pending: PendingTurn, tools: Mapping[str, To
     for index, decision in enumerate(run_input.resume):
         call = by_id.get(decision.interrupt_id)
         if call is None or call.id in decided:
-            raise _invalid(
-                "unknown interrupt", ["body", "resume", index, "interruptId"], "answers no pending interrupt"
+            raise NothingPendingError(
+                "unknown interrupt",
+                details=[ErrorDetail(loc=["body", "resume", index, "interruptId"], msg="answers no pending interrupt")],
             )
         if decision.status == "cancelled":
             decided[call.id] = CallDecision(call=call, action="deny", arguments=call.arguments)
@@ -101,7 +104,10 @@ def _approvals(run_input: RunInput, pending: PendingTurn, tools: Mapping[str, To
 def plan_turn(run_input: RunInput, pending: PendingTurn | None, tools: Mapping[str, Tool[Any]]) -> TurnPlan:
     if pending is None:
         if run_input.resume:
-            raise _invalid("nothing to resume", ["body", "resume"], "no interrupt is pending on this thread")
+            raise NothingPendingError(
+                "nothing to resume",
+                details=[ErrorDetail(loc=["body", "resume"], msg="no interrupt is pending on this thread")],
+            )
         return TurnPlan(pending=None, continues=False, decisions=[], closing_results=[])
     approvals = _approvals(run_input, pending, tools) if pending.of_kind("approval") or run_input.resume else []
     frontend = pending.of_kind("frontend")

@@ -9,6 +9,7 @@ when the model asked for approval or frontend tools.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -23,9 +24,8 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import ToolRegistry
-from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
-from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
@@ -91,6 +91,7 @@ class TurnRunner:
         templates: FlowTemplates,
         tools: ToolRegistry,
         threads: FlowThreads,
+        client: Callable[[], LLMClient],
     ) -> None:
         self._settings = settings
         self._pool = pool
@@ -98,6 +99,7 @@ class TurnRunner:
         self._templates = templates
         self._tools = tools
         self._threads = threads
+        self._client = client
 
     @property
     def approval_tools(self) -> list[str]:
@@ -121,10 +123,24 @@ class TurnRunner:
             gateway.enter_stage("execution")
             toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
-        turn = split_turn(await self._window(job.ctx).get(str(job.session_id)))
+        system_prompt = build_global_system_prompt(agent_ctx)
+        # The session's memory window (engine/memory/run_memory.py), this turn's messages included.
+        window = await run_history(
+            settings=self._settings,
+            pool=self._pool,
+            ctx=job.ctx,
+            session_id=job.session_id,
+            run_id=str(job.run_id),
+            current_message_id=None,
+            system_prompt=system_prompt,
+            llm=self._client(),
+            task=self._templates,
+            record=recorder.queue_row,
+        )
+        turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
         state = build_state(
-            system_prompt=build_global_system_prompt(agent_ctx),
+            system_prompt=system_prompt,
             history=turn.history,
             user_input=user_input,
             ai_language=agent_ctx.settings.preferences.ai_language,
@@ -160,16 +176,6 @@ class TurnRunner:
         )
         return TurnResult(rows=rows, route=final.route, answer_message_id=gateway.answer_message_id)
 
-    def _window(self, ctx: RequestContext) -> MessageWindowChatMemory:
-        return MessageWindowChatMemory(
-            PostgresChatMemoryRepository(self._pool, ctx),
-            WindowPolicy(
-                max_messages=self._settings.memory_max_messages,
-                max_tokens=self._settings.memory_max_tokens,
-                model=self._settings.effective_llm_model,
-            ),
-        )
-
     def _suspended(
         self, job: TurnJob, recorder: RunRecorder, stop: ToolCallsPending, *, user_input: str, intent: IntentResult
     ) -> TurnResult:
@@ -191,7 +197,7 @@ class TurnRunner:
             pending_tool_call_ids=waiting.pending_tool_call_ids,
         )
 
-    def finished(self, job: TurnJob, totals: UsageTotals, result: TurnResult) -> None:
+    def finished(self, job: TurnJob, totals: UsageTotals, result: TurnResult, *, cancelled: bool = False) -> None:
         """The run's last events: its cost, its final state, RUN_FINISHED (with what it waits for, if anything)."""
         model = self._settings.effective_llm_model
         job.events.notice(
@@ -213,14 +219,17 @@ class TurnRunner:
             cached_input_tokens=totals.cached_tokens,
         )
         job.state.update(
-            status="interrupted" if result.interrupts else "completed",
+            status="cancelled" if cancelled else "interrupted" if result.interrupts else "completed",
             stage=None,
             route=result.route,
             pending_tool_call_ids=list(result.pending_tool_call_ids),
             interrupts=[i.id for i in result.interrupts],
         )
         job.events.run_finished(
-            usage=[usage], pending_tool_call_ids=result.pending_tool_call_ids, interrupts=result.interrupts
+            usage=[usage],
+            pending_tool_call_ids=result.pending_tool_call_ids,
+            interrupts=result.interrupts,
+            cancelled=cancelled,
         )
 
     async def retract_unstored_text(self, job: TurnJob, *, keep: str | None) -> None:
