@@ -42,7 +42,8 @@ REPLAY_SCRIPT = Path(__file__).resolve().parent / "conformance" / "agui_replay.m
 
 
 def respond(request: RecordedRequest) -> StubReply:
-    text = stage_request_text(request)
+    # The newest message: a turn whose run was lost reaches the model joined before it (never two user turns).
+    text = stage_request_text(request).split("\n\n")[-1]
     if text.startswith(HANG):
         return intent_direct("never sent", delay_seconds=120)
     if text.startswith(STREAM):
