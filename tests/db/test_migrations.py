@@ -68,8 +68,8 @@ async def test_processes_racing_the_bootstrap_all_start(pg_server: PgServer) -> 
     """The barrier is a transaction that has created schema_migrations and not committed: every migrator's
     `CREATE TABLE IF NOT EXISTS` finds no table and then waits on that uncommitted catalog row. The commit
     releases them all at once into the unique violation of the bootstrap race, which they must absorb.
-    Run against the runner without the retry (`range(5)` -> `range(0)`): every one of the 8 processes
-    failed with UniqueViolationError, in 10 runs of 10."""
+    Run against the runner without the retry (`range(5)` -> `range(0)`), 10 times: all 8 processes failed
+    with UniqueViolationError (pg_type_typname_nsp_index) every time."""
     name = await create_database(pg_server, prefix="agent_runtime_migrate")
     url = pg_server.url_for(name)
     try:
@@ -94,8 +94,9 @@ async def test_processes_racing_a_migration_apply_it_once(pg_server: PgServer, t
     ACCESS EXCLUSIVE mode, so every migrator waits at its first statement on the table, with or without
     the runner's own lock. The commit releases them all at once into `version`. Each migration must be
     applied by exactly one process and every process must succeed.
-    Run against the runner without `LOCK TABLE schema_migrations IN EXCLUSIVE MODE`: 7 of the 8 processes
-    failed (relation already exists / duplicate key), for each migration, in 10 runs of 10."""
+    Run against the runner without `LOCK TABLE schema_migrations IN EXCLUSIVE MODE`, 10 times: every run
+    failed for both migrations, with 7 of the 8 processes failing on 0001 every time and 4 to 7 on 0002
+    (UniqueViolationError on pg_class / pg_type: they all ran the migration at once)."""
     name = await create_database(pg_server, prefix="agent_runtime_migrate")
     url = pg_server.url_for(name)
     try:
