@@ -13,6 +13,8 @@ import asyncpg
 import pytest
 from tests.conftest import User
 
+from agent_runtime.engine.messages.metadata import UserInputMetadata
+from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
 
@@ -99,3 +101,12 @@ async def test_a_failed_run_without_an_error_id_is_refused(
     with pytest.raises(asyncpg.CheckViolationError, match="chk_failed_has_error"):
         await engine.sessions.finish_run(user.ctx, session.id, run_id, "failed", error_id=None)
     assert (await engine.sessions.get(user.ctx, session.id)).status == "running"
+
+
+async def test_deleting_a_session_deletes_its_messages(engine: RuntimeEngine, user: User) -> None:
+    sid = await _session_in(engine, user, "completed")
+    await engine.messages.append(
+        user.ctx, sid, [NewMessage(role="user", content="forget me", metadata=UserInputMetadata())]
+    )
+    await engine.sessions.delete(user.ctx, sid)
+    assert await engine.messages.list_all(user.ctx, sid) == []
