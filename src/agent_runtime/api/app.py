@@ -30,6 +30,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.info("LLM model", extra={"model": settings.effective_llm_model})
         # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
         warm_up = resources.engine.runs.ensure_warm()
+        resources.engine.runs.start_background()
         try:
             yield
         finally:

@@ -1,0 +1,115 @@
+"""Real `agent-runtime serve` processes for tests: started against the test database, stopped or killed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+from tests.conftest import TEST_JWT_SECRET
+
+T = TypeVar("T")
+
+# Env vars that would point a server at a real model (or away from what the test chose).
+PROVIDER_ENV = ("LLM_MODEL", "LLM_API_BASE", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MAX_RETRIES")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServeProcess:
+    name: str
+    base_url: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    workdir: Path
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    async def stop(self, within: float = 30) -> int:
+        """SIGTERM, then wait; returns the exit status (SIGKILL and AssertionError if it does not exit)."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), within)
+            except TimeoutError:
+                self.kill()
+                await self.proc.wait()
+                raise AssertionError(f"{self.name} did not stop within {within} s:\n{self.log_tail()}") from None
+        assert self.proc.returncode is not None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+
+
+async def start_serve(
+    name: str, *, database_url: str, workdir: Path, env: dict[str, str] | None = None, ready_timeout: float = 60
+) -> ServeProcess:
+    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200); output in `workdir/server-<name>.log`."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV}
+    full_env.update(
+        DATABASE_URL=database_url,
+        JWT_SECRET=TEST_JWT_SECRET,
+        PORT=str(port),
+        DATA_DIR=str(workdir / f"data-{name}"),
+        ENVIRONMENT="test",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        **(env or {}),
+    )
+    log_path = workdir / f"server-{name}.log"
+    with log_path.open("wb") as log:
+        # cwd outside the checkout: no developer `.env` can change what the test chose.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent_runtime.cli", "serve", env=full_env, cwd=workdir, stdout=log, stderr=log
+        )
+    server = ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_timeout
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
+            with contextlib.suppress(httpx.TransportError):
+                if (await client.get("/health/ready")).status_code == 200:
+                    return server
+            await asyncio.sleep(0.1)
+    server.kill()
+    await proc.wait()
+    raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+
+
+async def poll_until(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], *, within: float) -> T:
+    """`fetch()` until `done(value)`, every 0.1 s, for at most `within` seconds (AssertionError after that).
+
+    For state another process changes (a replica's sweep): there is no event in this process to wait for.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    for _ in itertools.count():
+        value = await fetch()
+        if done(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"not done within {within} s: {value!r}")
+        await asyncio.sleep(0.1)
+    raise AssertionError("unreachable")
