@@ -13,8 +13,11 @@ import asyncpg
 import pytest
 from tests.conftest import User
 
+from agent_runtime.db.pool import create_pool
+from agent_runtime.engine.errors import TooManyRunsError
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.store import RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
 
@@ -33,22 +36,25 @@ async def _session_in(engine: RuntimeEngine, user: User, status: SessionStatus) 
     session = await engine.sessions.create(user.ctx, SessionCreate())
     if status == "pending":
         return session.id
-    run_id = uuid4()
-    await engine.sessions.start_run(user.ctx, session.id, run_id)
+    turn = [NewMessage(role="user", content="hi", metadata=UserInputMetadata())]
+    started = await engine.runs.store.start(user.ctx, session.id, uuid4(), turn)
+    assert started is not None
     if status != "running":
-        error_id = "e-1" if status == "failed" else None
-        assert await engine.sessions.finish_run(user.ctx, session.id, run_id, status, error_id=error_id)
+        failed = {"error_code": "run_timeout", "error_id": "e-1"} if status == "failed" else {}
+        assert (await engine.runs.store.finish(user.ctx, started, status, [], **failed)).owned
     assert (await engine.sessions.get(user.ctx, session.id)).status == status
     return session.id
 
 
-# Moves the session to $2 with everything else consistent (snapshot, run, error id), so that only the
-# transition itself can be refused.
+# Moves the session to $2 with everything else consistent (snapshot, run, lease, error id), so that only
+# the transition itself can be refused.
 _MOVE = """
 UPDATE agent_chat_sessions
    SET status = $2, state_snapshot = state_snapshot || jsonb_build_object('status', $2::text),
        error_id = CASE WHEN $2 = 'failed' THEN 'e-2' ELSE error_id END,
-       run_id = COALESCE(run_id, gen_random_uuid()), run_started_at = COALESCE(run_started_at, now())
+       run_id = COALESCE(run_id, gen_random_uuid()), run_started_at = COALESCE(run_started_at, now()),
+       lease_owner = CASE WHEN $2 = 'running' THEN 'test' END,
+       lease_expires_at = CASE WHEN $2 = 'running' THEN now() + interval '1 minute' END
  WHERE id = $1
 """
 
@@ -91,16 +97,19 @@ async def test_a_sessions_owner_and_billing_country_are_frozen(
     assert session.billing_country_snapshot == "CN"
 
 
-async def test_a_failed_run_without_an_error_id_is_refused(
-    engine: RuntimeEngine, make_user: Callable[[], User]
-) -> None:
-    user = make_user()
-    run_id = uuid4()
-    session = await engine.sessions.create(user.ctx, SessionCreate())
-    await engine.sessions.start_run(user.ctx, session.id, run_id)
+async def test_a_failed_session_without_an_error_id_is_refused(engine: RuntimeEngine, user: User) -> None:
+    sid = await _session_in(engine, user, "running")
     with pytest.raises(asyncpg.CheckViolationError, match="chk_failed_has_error"):
-        await engine.sessions.finish_run(user.ctx, session.id, run_id, "failed", error_id=None)
-    assert (await engine.sessions.get(user.ctx, session.id)).status == "running"
+        await engine.pool.execute(
+            """
+            UPDATE agent_chat_sessions
+               SET status = 'failed', state_snapshot = state_snapshot || '{"status": "failed"}',
+                   lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = $1
+            """,
+            sid,
+        )
+    assert (await engine.sessions.get(user.ctx, sid)).status == "running"
 
 
 async def test_deleting_a_session_deletes_its_messages(engine: RuntimeEngine, user: User) -> None:
@@ -110,3 +119,25 @@ async def test_deleting_a_session_deletes_its_messages(engine: RuntimeEngine, us
     )
     await engine.sessions.delete(user.ctx, sid)
     assert await engine.messages.list_all(user.ctx, sid) == []
+
+
+async def test_a_user_has_at_most_the_configured_runs_in_progress(
+    engine: RuntimeEngine, make_user: Callable[[], User], database_url: str
+) -> None:
+    """The per-user limit is the database's (trigger enforce_user_run_limit), read from a setting each
+    replica puts on its connections; here a pool of its own with a limit of 2."""
+    pool = await create_pool(database_url, min_size=1, max_size=2, max_runs_per_user=2)
+    try:
+        store = RunStore(pool, owner="limit-test", lease_seconds=30)
+        user, other = make_user(), make_user()
+        turn = [NewMessage(role="user", content="hi", metadata=UserInputMetadata())]
+        sessions = [(await engine.sessions.create(user.ctx, SessionCreate())).id for _ in range(3)]
+        for sid in sessions[:2]:
+            assert await store.start(user.ctx, sid, uuid4(), turn) is not None
+        with pytest.raises(TooManyRunsError):
+            await store.start(user.ctx, sessions[2], uuid4(), turn)
+        assert (await engine.sessions.get(user.ctx, sessions[2])).status == "pending"
+        elsewhere = await engine.sessions.create(other.ctx, SessionCreate())
+        assert await store.start(other.ctx, elsewhere.id, uuid4(), turn) is not None
+    finally:
+        await pool.close()

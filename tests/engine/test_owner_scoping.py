@@ -52,18 +52,27 @@ async def test_another_users_session_reads_as_missing_through_every_method(
 ) -> None:
     owner, intruder = make_user(), make_user()
     sid = await _session_with_a_turn(engine, owner, "secret", "0.5")
-    before = (
-        await engine.sessions.get(owner.ctx, sid),
-        await engine.messages.list_visible(owner.ctx, sid, limit=20, offset=0),
-        await engine.usage.for_session(owner.ctx, sid),
-    )
+    run = await engine.runs.store.start(owner.ctx, sid, uuid4(), _turn("run", "-", "0")[:1])
+    assert run is not None
+    assert (await engine.runs.store.finish(owner.ctx, run, "completed", [])).owned
+
+    async def owners_view() -> tuple[object, ...]:
+        return (
+            await engine.sessions.get(owner.ctx, sid),
+            await engine.messages.list_visible(owner.ctx, sid, limit=20, offset=0),
+            await engine.usage.for_session(owner.ctx, sid),
+            await engine.runs.store.list_for_session(owner.ctx, sid, limit=20, offset=0),
+        )
+
+    before = await owners_view()
     ctx = intruder.ctx
     attempts: dict[str, Callable[[], Awaitable[object]]] = {
         "get": lambda: engine.sessions.get(ctx, sid),
         "ensure": lambda: engine.sessions.ensure(ctx, sid),
         "update": lambda: engine.sessions.update(ctx, sid, SessionUpdate(title="pwned")),
         "delete": lambda: engine.sessions.delete(ctx, sid),
-        "start_run": lambda: engine.sessions.start_run(ctx, sid, uuid4()),
+        "start_run": lambda: engine.runs.store.start(ctx, sid, uuid4(), _turn("run", "-", "0")[:1]),
+        "runs": lambda: engine.runs.store.list_for_session(ctx, sid, limit=20, offset=0),
         "append": lambda: engine.messages.append(ctx, sid, _turn("inject", "injected", "9")),
         "list_visible": lambda: engine.messages.list_visible(ctx, sid, limit=20, offset=0),
         "usage": lambda: engine.usage.for_session(ctx, sid),
@@ -75,12 +84,7 @@ async def test_another_users_session_reads_as_missing_through_every_method(
         except NotFoundError as exc:
             outcomes[name] = exc.message
     assert outcomes == dict.fromkeys(attempts, f"session {sid} not found")
-    after = (
-        await engine.sessions.get(owner.ctx, sid),
-        await engine.messages.list_visible(owner.ctx, sid, limit=20, offset=0),
-        await engine.usage.for_session(owner.ctx, sid),
-    )
-    assert after == before
+    assert await owners_view() == before
 
 
 async def test_lists_and_sums_hold_only_the_callers_rows(engine: RuntimeEngine, make_user: Callable[[], User]) -> None:
