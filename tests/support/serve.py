@@ -62,9 +62,17 @@ class ServeProcess:
 
 
 async def start_serve(
-    name: str, *, database_url: str, workdir: Path, env: dict[str, str] | None = None, ready_timeout: float = 60
+    name: str,
+    *,
+    database_url: str,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 120,
+    warm: bool = False,
 ) -> ServeProcess:
-    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200); output in `workdir/server-<name>.log`."""
+    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200, and with `warm` its CrewAI and
+    LiteLLM imports done: they starve the event loop for seconds on a busy machine); output in
+    `workdir/server-<name>.log`."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV}
     full_env.update(
@@ -90,7 +98,8 @@ async def start_serve(
             if proc.returncode is not None:
                 raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
             with contextlib.suppress(httpx.TransportError):
-                if (await client.get("/health/ready")).status_code == 200:
+                ready = await client.get("/health/ready")
+                if ready.status_code == 200 and (ready.json()["warm"] or not warm):
                     return server
             await asyncio.sleep(0.1)
     server.kill()

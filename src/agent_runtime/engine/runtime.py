@@ -27,6 +27,8 @@ class RuntimeEngine:
     settings: Settings
     pool: asyncpg.Pool
     templates: FlowTemplates
+    # The database's DSN, for the run-event LISTEN connection (None: followers poll; see runs/event_hub.py).
+    dsn: str | None = None
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
@@ -37,8 +39,8 @@ class RuntimeEngine:
         self.profiles = ProfileService(self.pool)
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
-        self.usage = UsageService(self.pool)
-        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates)
+        self.usage = UsageService(self.pool, self.settings.user_quotas)
+        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates, dsn=self.dsn)
 
     async def is_ready(self) -> bool:
         try:
@@ -83,10 +85,11 @@ async def open_engine(settings: Settings) -> EngineResources:
             dsn,
             min_size=settings.db_pool_min_size,
             max_size=settings.db_pool_max_size,
-            max_runs_per_user=settings.max_concurrent_runs_per_user,
+            quotas=settings.user_quotas,
         )
     except BaseException:
         if embedded is not None:
             embedded.stop()
         raise
-    return EngineResources(engine=RuntimeEngine(settings=settings, pool=pool, templates=templates), embedded=embedded)
+    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn)
+    return EngineResources(engine=engine, embedded=embedded)

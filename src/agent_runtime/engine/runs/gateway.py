@@ -80,6 +80,10 @@ class _AnswerMessage:
         """The events closed the open text message (e.g. before a tool call)."""
         self._ended = True
 
+    @property
+    def streamed(self) -> str:
+        return self._streamed
+
 
 class RunGateway:
     def __init__(
@@ -92,6 +96,11 @@ class RunGateway:
         self._answer = _AnswerMessage(events, answer_message_id)
         self._stage: str | None = None
         self.responses: list[LLMResponse] = []
+
+    @property
+    def streamed_answer(self) -> str:
+        """The answer's text as streamed so far (what the client saw under `answer_message_id`)."""
+        return self._answer.streamed
 
     @property
     def answer_message_id(self) -> str:
