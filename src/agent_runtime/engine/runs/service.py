@@ -35,7 +35,7 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata, UserMessage
+from agent_runtime.engine.memory.messages import ChatMetadata, UserMessage
 from agent_runtime.engine.memory.postgres import to_new_message
 from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.messages.models import NewMessage
