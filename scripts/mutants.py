@@ -7,10 +7,12 @@
 The mutants live in `scripts/mutants.toml` (file, exact original text, replacement, the test files that
 cover it, what the bug would let through). Each is applied in a scratch copy of the tree, never in the
 checkout: `src/` is not written to, so Ctrl-C or a crash cannot leave a bug behind. The copy is imported
-first (PYTHONPATH), and the script checks that it is before it trusts any result.
+first (PYTHONPATH), and the script checks that it is before it trusts any result. Before the mutants, the
+selected tests run once unmutated (a test already failing would make every mutant look caught); CI, where
+pytest has just passed on the same tree, skips that with --no-baseline.
 
-Exit status: 0 when every mutant was caught; 1 when one survived or its run went wrong; 2 when the list
-itself is broken (an original text missing or not unique, i.e. the code moved under the mutant).
+Exit status: 0 when every mutant was caught; 1 when one survived, its run went wrong or the baseline failed;
+2 when the list itself is broken (an original text missing or not unique, i.e. the code moved under the mutant).
 """
 
 from __future__ import annotations
@@ -191,13 +193,14 @@ class Worker:
             target.write_bytes(original)
             os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
-    async def _pytest(self, mutant: Mutant, started: float) -> Outcome:
+    async def pytest(self, tests: list[str]) -> tuple[int | None, str]:
+        """pytest on `tests` in this tree: (exit status, output); None when it ran past the time limit."""
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "pytest",
             *PYTEST_ARGS,
-            *mutant.tests,
+            *tests,
             cwd=self.scratch,
             env=child_env(self.scratch),
             stdout=asyncio.subprocess.PIPE,
@@ -209,12 +212,17 @@ class Worker:
         except TimeoutError:
             self.kill()
             await self.process.wait()
-            return Outcome(mutant, "timeout", time.monotonic() - started, f"no result after {self.time_limit:.0f} s")
+            return None, ""
         finally:
             code = self.process.returncode
             self.process = None
+        return code, output.decode(errors="replace")
+
+    async def _pytest(self, mutant: Mutant, started: float) -> Outcome:
+        code, text = await self.pytest(list(mutant.tests))
         seconds = time.monotonic() - started
-        text = output.decode(errors="replace")
+        if code is None:
+            return Outcome(mutant, "timeout", seconds, f"no result after {self.time_limit:.0f} s")
         if code == 1:
             failed = [m.group(2) for m in map(_FAILED_LINE.match, text.splitlines()) if m]
             return Outcome(mutant, "caught", seconds, failed[0] if failed else "tests failed")
@@ -227,11 +235,30 @@ class Worker:
             os.killpg(self.process.pid, signal.SIGKILL)
 
 
-async def run_all(mutants: list[Mutant], jobs: int, time_limit: float, parent: Path) -> list[Outcome]:
+class BaselineFailedError(Exception):
+    """The selected tests fail on the unmutated tree: every mutant would look caught."""
+
+
+def selected_tests(mutants: list[Mutant]) -> list[str]:
+    """Every test the mutants name, once (a node inside a file that is selected whole is dropped)."""
+    chosen = list(dict.fromkeys(t for m in mutants for t in m.tests))
+    whole = {t for t in chosen if "::" not in t}
+    return [t for t in chosen if "::" not in t or t.split("::", 1)[0] not in whole]
+
+
+async def run_all(
+    mutants: list[Mutant], jobs: int, time_limit: float, parent: Path, *, baseline: bool
+) -> list[Outcome]:
     files = tree_files()
     workers = [Worker(make_scratch(parent, i, files), time_limit) for i in range(min(jobs, len(mutants)))]
     for worker in workers:
         assert_scratch_is_imported(worker.scratch)
+    if baseline:
+        started = time.monotonic()
+        code, text = await workers[0].pytest(selected_tests(mutants))
+        if code != 0:
+            raise BaselineFailedError(text[-4000:] if code is not None else f"no result after {time_limit:.0f} s")
+        print(f"  baseline: the selected tests pass unmutated ({time.monotonic() - started:.0f} s)", flush=True)
     queue: asyncio.Queue[Mutant] = asyncio.Queue()
     for mutant in mutants:
         queue.put_nowait(mutant)
@@ -284,6 +311,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once, each in its own copy (default 2)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant before it is killed")
     parser.add_argument("--catalogue", type=Path, default=CATALOGUE, help="the mutant list (TOML)")
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip running the selected tests unmutated first (CI: pytest has just passed on the same tree)",
+    )
     return parser.parse_args(argv)
 
 
@@ -313,7 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mutants: {len(mutants)} to run, {args.jobs} at a time, each in a scratch copy of the tree", flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="agent-runtime-mutants-") as parent:
-        outcomes = asyncio.run(run_all(mutants, args.jobs, args.timeout, Path(parent)))
+        try:
+            outcomes = asyncio.run(
+                run_all(mutants, args.jobs, args.timeout, Path(parent), baseline=not args.no_baseline)
+            )
+        except BaselineFailedError as exc:
+            print(f"mutants: the selected tests fail without any mutant; fix them first:\n{exc}", file=sys.stderr)
+            return 1
     print_table(outcomes, time.monotonic() - started)
     return 0 if all(o.status in ("caught", "timeout") for o in outcomes) else 1
 

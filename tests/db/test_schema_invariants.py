@@ -17,9 +17,10 @@ from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.errors import TooManyRunsError
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.runs.store import RunStore
+from agent_runtime.engine.runs.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
+from agent_runtime.settings import UserQuotas
 
 STATUSES: list[SessionStatus] = ["pending", "running", "completed", "failed"]
 ALLOWED = {
@@ -41,7 +42,8 @@ async def _session_in(engine: RuntimeEngine, user: User, status: SessionStatus) 
     assert started is not None
     if status != "running":
         failed = {"error_code": "run_timeout", "error_id": "e-1"} if status == "failed" else {}
-        assert (await engine.runs.store.finish(user.ctx, started, status, [], **failed)).owned
+        end = RunEndRequest(outcome=status, run_status=status, rows=[], **failed)
+        assert (await engine.runs.store.finish(user.ctx, started, end)).owned
     assert (await engine.sessions.get(user.ctx, session.id)).status == status
     return session.id
 
@@ -126,7 +128,7 @@ async def test_a_user_has_at_most_the_configured_runs_in_progress(
 ) -> None:
     """The per-user limit is the database's (trigger enforce_user_run_limit), read from a setting each
     replica puts on its connections; here a pool of its own with a limit of 2."""
-    pool = await create_pool(database_url, min_size=1, max_size=2, max_runs_per_user=2)
+    pool = await create_pool(database_url, min_size=1, max_size=2, quotas=UserQuotas(max_runs_per_user=2))
     try:
         store = RunStore(pool, owner="limit-test", lease_seconds=30)
         user, other = make_user(), make_user()

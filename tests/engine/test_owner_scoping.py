@@ -23,6 +23,7 @@ from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, User
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileUpdate
+from agent_runtime.engine.runs.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionUpdate
 
@@ -54,7 +55,8 @@ async def test_another_users_session_reads_as_missing_through_every_method(
     sid = await _session_with_a_turn(engine, owner, "secret", "0.5")
     run = await engine.runs.store.start(owner.ctx, sid, uuid4(), _turn("run", "-", "0")[:1])
     assert run is not None
-    assert (await engine.runs.store.finish(owner.ctx, run, "completed", [])).owned
+    completed = RunEndRequest(outcome="completed", run_status="completed", rows=[])
+    assert (await engine.runs.store.finish(owner.ctx, run, completed)).owned
 
     async def owners_view() -> tuple[object, ...]:
         return (
@@ -98,7 +100,10 @@ async def test_lists_and_sums_hold_only_the_callers_rows(engine: RuntimeEngine, 
     assert [s.id for s in (await engine.sessions.list(other.ctx, limit=20, offset=0)).items] == [theirs]
 
     usage = await engine.usage.for_user(user.ctx, start=None, end=None, limit=20, offset=0)
-    assert usage.model_dump(mode="json") == {
+    # The budgets are the caller's spend too, whatever the range: the other user's 7 CNY is not in them.
+    assert [(b.budget, b.spent) for b in usage.budgets] == [("daily", Decimal("0.25")), ("monthly", Decimal("0.25"))]
+    assert [b.remaining for b in usage.budgets] == [b.limit - b.spent if b.limit else None for b in usage.budgets]
+    assert usage.model_dump(mode="json", exclude={"budgets"}) == {
         "start": None,
         "end": None,
         "totals": {
