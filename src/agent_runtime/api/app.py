@@ -50,5 +50,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(usage.router)
     app.include_router(runs.router)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        RequestContextMiddleware,
+        max_body_bytes=settings.max_request_bytes,
+        body_timeout_seconds=settings.http_body_timeout_seconds,
+    )
     return app
