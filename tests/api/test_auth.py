@@ -60,7 +60,10 @@ async def test_wrong_secret_sub_and_scheme_are_401(client: httpx.AsyncClient) ->
             _token({"sub": str(uuid4()), "exp": exp}, secret="another-secret-another-secret-1234"),
             "invalid token: Signature verification failed",
         ),
-        (_token({"sub": "not-a-uuid", "exp": exp}), "invalid token: sub must be a user UUID"),
+        (
+            _token({"sub": "not-a-uuid", "exp": exp}),
+            "invalid token: sub must be a user UUID in canonical form (lower-case, hyphenated)",
+        ),
         (_token({"sub": str(uuid4())}), 'invalid token: Token is missing the "exp" claim'),
         ({"Authorization": "Basic dXNlcjpwYXNz"}, "Authorization header must be 'Bearer <token>'"),
     ]

@@ -35,7 +35,7 @@ async def test_unknown_route_is_json_404(client: httpx.AsyncClient) -> None:
 
 async def test_method_not_allowed_is_json(client: httpx.AsyncClient) -> None:
     response = await client.put("/health/live")
-    assert (response.status_code, response.headers["allow"]) == (405, "GET")
+    assert (response.status_code, response.headers["allow"]) == (405, "GET, HEAD")
     assert response.json() == error_body(response, "method_not_allowed", "Method Not Allowed")
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import httpx
@@ -167,7 +168,18 @@ async def test_user_usage_range_and_pages(
         "model_calls": 8,
     }
     everything = await client.get("/v1/usage", headers=user.headers)
-    assert everything.json() == {
+    # The budgets are the caller's spend today and this month (USER_DAILY/MONTHLY_BUDGET_CNY: 5 / 50).
+    now = datetime.now(UTC)
+    tomorrow = (now + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
+    next_month = (now.replace(day=28) + timedelta(days=4)).strftime("%Y-%m-01T00:00:00Z")
+    budgets = [
+        {"budget": "daily", "limit": "5.0000000000", "spent": "0.0091600002", "remaining": "4.9908399998"},
+        {"budget": "monthly", "limit": "50.0000000000", "spent": "0.0091600002", "remaining": "49.9908399998"},
+    ]
+    assert everything.json()["budgets"] == [
+        {**budget, "resets_at": resets_at} for budget, resets_at in zip(budgets, (tomorrow, next_month), strict=True)
+    ]
+    assert {k: v for k, v in everything.json().items() if k != "budgets"} == {
         "start": None,
         "end": None,
         "totals": totals,
@@ -180,7 +192,8 @@ async def test_user_usage_range_and_pages(
     assert (page["items"], page["total"], page["limit"], page["totals"]) == ([_row(second, "b")], 2, 1, totals)
     future = await client.get("/v1/usage", params={"start": "2999-01-01T00:00:00Z"}, headers=user.headers)
     zero = {**totals, "input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "cost": "0", "model_calls": 0}
-    assert future.json() == {
+    assert future.json()["budgets"] == everything.json()["budgets"]  # now, whatever the range
+    assert {k: v for k, v in future.json().items() if k != "budgets"} == {
         "start": "2999-01-01T00:00:00Z",
         "end": None,
         "totals": zero,
@@ -198,7 +211,7 @@ async def test_user_usage_range_and_pages(
             "error": {
                 "code": "validation_error",
                 "message": "start must be before end",
-                "details": [],
+                "details": [{"loc": ["query", "end"], "msg": "must be after start", "type": None}],
                 "request_id": bad.headers["x-request-id"],
                 "error_id": None,
             }
@@ -207,7 +220,7 @@ async def test_user_usage_range_and_pages(
     unparsable = await client.get("/v1/usage?start=yesterday", headers=user.headers)
     assert unparsable.status_code == 422
     assert [(d["loc"], d["type"]) for d in unparsable.json()["error"]["details"]] == [
-        (["query", "start"], "datetime_from_date_parsing")
+        (["query", "start"], "datetime_format")
     ]
 
 
