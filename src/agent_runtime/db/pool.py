@@ -7,6 +7,8 @@ from typing import Any
 
 import asyncpg
 
+from agent_runtime.observability.tracing import trace_queries
+
 
 def _without_nul(value: Any) -> Any:
     if isinstance(value, str):
@@ -29,6 +31,7 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     # Registered on the pool so no query decodes JSON by hand.
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+    trace_queries(conn)
 
 
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:

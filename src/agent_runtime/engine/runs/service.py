@@ -38,6 +38,7 @@ from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import run_totals
+from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ class RunService:
     async def _execute(self, job: _RunJob) -> None:
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
+        observability.run_began(run_id, str(job.session_id))
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
         try:
             async with asyncio.timeout(self._settings.run_timeout_seconds):
@@ -207,6 +209,7 @@ class RunService:
             # Outside the timeout, and the last await: once the session says `completed`, a timeout or an
             # error must not follow with RUN_ERROR (failing the run would then be a no-op on the session).
             await self._sessions.finish_run(job.ctx, job.session_id, job.run_id, "completed")
+            observability.run_completed()
         except BaseException as exc:
             await self._fail(job, recorder, exc)
             if not isinstance(exc, Exception):
@@ -285,6 +288,7 @@ class RunService:
     async def _fail(self, job: _RunJob, recorder: RunRecorder, exc: BaseException) -> None:
         error_id = uuid4().hex
         failure = RunFailure.of(exc)
+        observability.run_failed(failure.code, error_id)
         log.error(
             "run failed",
             exc_info=exc if failure.code == "internal_error" else None,
