@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
     Harness,
+    MakeHarness,
     cny_cost,
     execution_done,
     intent_needs,
@@ -38,6 +40,13 @@ async def _scrape(h: Harness) -> tuple[str, Samples]:
 def _delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
     key = (name, tuple(sorted(labels.items())))
     return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+@pytest.fixture
+async def h(make_harness: MakeHarness) -> AsyncIterator[Harness]:
+    # The first run of a process imports CrewAI (~10 s of CPU): on a busy machine more than the harness's 30 s.
+    async with make_harness(run_timeout_seconds=180) as harness:
+        yield harness
 
 
 async def test_metrics_after_a_tool_run(h: Harness, make_user: Callable[[], User]) -> None:
