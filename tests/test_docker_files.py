@@ -293,7 +293,11 @@ def test_dockerfile_runtime_contract() -> None:
     for setting in ("PYTHONUNBUFFERED=1", "HOST=0.0.0.0", "PORT=8000"):
         assert setting in text, setting
     assert "uv sync --frozen --no-dev --no-install-project" in text  # dependency layer first
-    assert re.search(r"uv sync --frozen --no-dev\s*$", text, re.MULTILINE)  # then the project
+    # then the project as a wheel, with its data files inside: the runtime stage gets no source tree
+    assert "uv build --wheel" in text and re.search(r"uv pip install .*--no-deps \S+\.whl", text)
+    final_stage = instructions[max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM") :]
+    runtime_copies = [args for kw, args in final_stage if kw == "COPY"]
+    assert runtime_copies == ["--from=builder /app/.venv /app/.venv"], runtime_copies
     assert "ghcr.io" not in text
 
 

@@ -24,8 +24,8 @@ def _settings_or_exit(**overrides: object) -> Settings:
     try:
         return load_settings(**{name: value for name, value in overrides.items() if value is not None})
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']).upper() or 'settings'}: {e['msg']}" for e in exc.errors()]
-        sys.exit("invalid configuration:\n" + "\n".join(lines))
+        problems = [f"{'.'.join(str(p) for p in e['loc']).upper() or 'settings'}: {e['msg']}" for e in exc.errors()]
+        sys.exit("invalid configuration: " + "; ".join(problems))
 
 
 def _config_or_exit(settings: Settings) -> None:
@@ -65,16 +65,9 @@ def _or_exit(settings: Settings, step: Callable[[], _T]) -> _T:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    import uvicorn
-
-    from agent_runtime.api.app import create_app
-    from agent_runtime.logging_setup import configure_logging
-    from agent_runtime.observability.tracing import configure_tracing
     from agent_runtime.preflight import check_database, check_port_free
 
     settings = _settings_or_exit(host=args.host, port=args.port)
-    _config_or_exit(settings)
-    configure_logging(settings.log_level)
 
     def preflight() -> None:
         # Before the embedded database starts or migrations run: these fail in milliseconds, with a hint.
@@ -84,7 +77,17 @@ def _serve(args: argparse.Namespace) -> int:
         if settings.database_url is not None:
             asyncio.run(check_database(settings.database_url))
 
+    # First, before the slow imports below: a wrong port or database URL is reported in a fraction of a second.
     _or_exit(settings, preflight)
+
+    import uvicorn
+
+    from agent_runtime.api.app import create_app
+    from agent_runtime.logging_setup import configure_logging
+    from agent_runtime.observability.tracing import configure_tracing
+
+    _config_or_exit(settings)
+    configure_logging(settings.log_level)
     configure_tracing(settings)
     if settings.database_url is None:
         print(f"agent-runtime: DATABASE_URL unset, embedded PostgreSQL data in {settings.data_dir / 'pgdata'}")
