@@ -43,17 +43,18 @@ def repair_handle_pids(pgdata: Path) -> list[int]:
     """
     path = pgdata / HANDLE_PIDS_FILE
     try:
-        pids = json.loads(path.read_text() or "[]")
+        text = path.read_text()
     except FileNotFoundError:
         return []
+    try:
+        pids = json.loads(text or "[]")
     except ValueError:
-        pids = []  # a torn write: nothing in it can be trusted, and an empty list stops the server when we leave
-    if not isinstance(pids, list):
-        pids = []
-    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+        pids = None  # a torn write: nothing in it can be trusted, and an empty list stops the server when we leave
+    recorded = pids if isinstance(pids, list) else []
+    alive = [pid for pid in recorded if isinstance(pid, int) and _alive(pid)]
     if alive != pids:
         path.write_text(json.dumps(alive))
-    return [pid for pid in pids if pid not in alive]
+    return [pid for pid in recorded if pid not in alive]
 
 
 def _pgserver() -> Any:
