@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from tests.conftest import TEST_JWT_SECRET
 from tests.support.serve import free_port, spawn_serve, wait_ready
 
@@ -41,8 +45,16 @@ def test_repair_drops_dead_pids_only(tmp_path: Path) -> None:
     assert json.loads((tmp_path / HANDLE_PIDS_FILE).read_text()) == []
 
 
-async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(tmp_path: Path) -> None:
-    data_dir = tmp_path / "data"
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Not under pytest's tmp_path: as root, PostgreSQL runs as the `pgserver` user, and any pytest session
+    # starting on the machine resets pytest's temp root to mode 0700, locking that user out mid-test.
+    path = Path(tempfile.mkdtemp(prefix="agent-runtime-test-embedded-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(data_dir: Path, tmp_path: Path) -> None:
     pgdata = (data_dir / "pgdata").resolve()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "HOST", "METRICS_PORT")}
     env |= {"DATA_DIR": str(data_dir), "JWT_SECRET": TEST_JWT_SECRET}
