@@ -7,10 +7,8 @@ from its cache: seconds, and offline once the cache holds the lock's packages), 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-import signal
 import site
 import subprocess
 import sys
@@ -23,7 +21,7 @@ import pytest
 from tests.conftest import TEST_JWT_SECRET
 from tests.runs.conftest import parse_sse
 from tests.support.database import PgServer, create_database, drop_database
-from tests.support.serve import free_port, spawn_serve, wait_ready
+from tests.support.serve import start_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,13 +93,18 @@ async def test_migrate_and_a_demo_run_from_the_installed_wheel(
         migrated = _run(str(installed / "agent-runtime"), "migrate", cwd=tmp_path, env=env)
         assert migrated == "applied: 0001_initial, 0002_memory_window_index; already applied: 0\n"
 
-        port = free_port()
-        server = await spawn_serve({**env, "PORT": str(port)}, cwd=tmp_path, command=[str(installed / "agent-runtime")])
+        server = await start_serve(
+            "wheel",
+            database_url=pg_server.url_for(name),
+            workdir=tmp_path,
+            env={k: v for k, v in env.items() if k != "DATABASE_URL"},
+            ready_timeout=120,
+            command=[str(installed / "agent-runtime")],
+        )
         try:
-            await wait_ready(server, port)
             token = _run(str(installed / "agent-runtime"), "token", "--user", str(uuid4()), cwd=tmp_path, env=env)
             headers = {"Authorization": f"Bearer {token.strip()}"}
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+            async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
                 session = await client.post("/v1/sessions", headers=headers, json={})
                 assert session.status_code == 201, session.text
                 run = await client.post(
@@ -111,7 +114,6 @@ async def test_migrate_and_a_demo_run_from_the_installed_wheel(
                 assert [e["type"] for e in events][-1] == "RUN_FINISHED", run.text[-2000:]
                 assert (await client.get("/docs")).status_code == 200
         finally:
-            server.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(server.communicate(), 120)
+            assert await server.stop(within=120) == 0, server.log_tail()
     finally:
         await drop_database(pg_server, name)

@@ -4,8 +4,9 @@
 
 Paths compared (each in its own subprocess, so CrewAI's process-wide state cannot leak between them):
 - agent:      `Flow` + `Agent.kickoff_async(messages, response_format=Contract)` per stage, the flow driven
-              on a worker thread (`runner="thread"`) -- the production module `engine/flow/crew_flow.py`.
-- agent-loop: the same flow driven on the app's event loop (`runner="loop"`).
+              on the run service's bounded pools (`FlowDeps.threads`, `engine/flow/threads.py`) -- the
+              production module `engine/flow/crew_flow.py`.
+- agent-loop: the same flow driven on the app's event loop (`threads=None`).
 - crew:       `Flow` + `Crew.akickoff()` per stage with `Agent` + `Task(output_pydantic=Contract)`, the
               history rendered into the task text (a Task takes no message list), on the app's loop.
 Both use the same `DelegatingLLM` with a fake `call_model` (no network) and the same `crewai_env` set-up,
@@ -18,8 +19,8 @@ Columns:
   the model answering instantly.
 - lag p50/p99/max ms: how late a 10 ms ticker on the event loop fires while `--concurrency` full flows run
   at once (`--batches` times), the model answering after `--latency` s; `wall s` is the median batch's
-  duration (ideal: 4 x latency). Run with the default thread pool and with
-  `ensure_worker_threads(concurrency * 2)`. The same ticker with no run is printed first: on a shared
+  duration (ideal: 4 x latency); `threads` is the size of each of the two flow pools (= concurrency, as
+  admission control guarantees in the service). The same ticker with no run is printed first: on a shared
   machine the other processes' load shows up there, and in every lag number.
 """
 
@@ -29,7 +30,6 @@ import argparse
 import asyncio
 import atexit
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -104,22 +104,20 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 async def _measure(path: str, runs: int, concurrency: int, latency: float, batches: int) -> dict[str, Any]:
-    from agent_runtime.engine.flow.crewai_env import ensure_worker_threads, load_crewai
+    from agent_runtime.engine.flow.crewai_env import load_crewai
+    from agent_runtime.engine.flow.threads import FlowThreads
 
     data_dir = Path(tempfile.mkdtemp(prefix="crewai-bench-"))
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     load_crewai(data_dir)
-    run_flow = _runner(path)
+    run_flow = _runner(path, FlowThreads(concurrency))
 
     await run_flow("NEEDS_EXECUTION", 0.0)  # warm-up: lazy imports, schema caches, the bus's executor
     await run_flow("DIRECT_EXECUTION", 0.0)
     full = await _cpu_per_run(lambda: run_flow("NEEDS_EXECUTION", 0.0), runs)
     short = await _cpu_per_run(lambda: run_flow("DIRECT_EXECUTION", 0.0), runs)
     idle = await _idle_lag(2.0)
-    default_threads = min(32, (os.cpu_count() or 1) + 4)
-    lag = [await _loop_lag(run_flow, concurrency, latency, batches, default_threads)]
-    ensure_worker_threads(asyncio.get_running_loop(), concurrency * 2)
-    lag.append(await _loop_lag(run_flow, concurrency, latency, batches, concurrency * 2))
+    lag = [await _loop_lag(run_flow, concurrency, latency, batches, concurrency)]
     return {"path": path, "full": full, "short": short, "lag": lag, "idle": idle}
 
 
@@ -176,7 +174,7 @@ async def _loop_lag(
     }
 
 
-def _runner(path: str) -> Callable[[str, float], Awaitable[object]]:
+def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]]:
     from agent_runtime.engine.flow.crew_flow import FlowDeps, build_state, run_agent_flow
     from agent_runtime.engine.flow.prompt import build_global_system_prompt
     from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
@@ -195,7 +193,7 @@ def _runner(path: str) -> Callable[[str, float], Awaitable[object]]:
             model="deepseek/deepseek-chat",
             templates=templates,
             user_context=context,
-            runner="loop" if path == "agent-loop" else "thread",
+            threads=threads if path == "agent" else None,
         )
         state = build_state(
             system_prompt=build_global_system_prompt(context), history=history, user_input="2+2?", ai_language="en"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import traceback
 from collections.abc import Callable
@@ -83,6 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from agent_runtime.api.app import create_app
+    from agent_runtime.api.server import DrainingServer, graceful_shutdown_seconds
     from agent_runtime.logging_setup import configure_logging
     from agent_runtime.observability.tracing import configure_tracing
 
@@ -95,18 +95,25 @@ def _serve(args: argparse.Namespace) -> int:
         print("agent-runtime: no LLM key set, answers come from the OFFLINE DEMO MODEL (demo/agent)")
     print(f"agent-runtime: http://{settings.host}:{settings.port}/docs")
     sys.stdout.flush()
-    # uvicorn handles SIGINT/SIGTERM by running the lifespan shutdown, which closes the pool and stops
-    # the embedded PostgreSQL; it re-raises the signal afterwards, so nothing may rely on atexit hooks.
-    # Open event streams would hold that shutdown until their runs end: they get the grace period, then
-    # the lifespan gives the runs (which outlive their streams) the same again before cancelling them.
-    uvicorn.run(
-        create_app(settings),
+    # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
+    # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
+    # rely on atexit hooks.
+    app = create_app(settings)
+
+    def drain() -> None:
+        engine = getattr(app.state, "engine", None)
+        if engine is not None:
+            engine.runs.request_drain()
+
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_seconds),  # uvicorn takes whole seconds
+        timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
     )
+    DrainingServer(config, on_shutdown_signal=drain).run()
     return 0
 
 

@@ -67,6 +67,13 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     stage_max_json_retries: int = Field(default=2, ge=0, le=5)
 
+    # Admission control and leases (README "Runs under load"); the defaults come from scripts/bench/load.py.
+    max_concurrent_runs: int = Field(default=64, ge=1, le=4096)
+    max_concurrent_runs_per_user: int = Field(default=4, ge=1, le=1000)
+    run_lease_seconds: float = Field(default=30.0, ge=1)
+    run_heartbeat_seconds: float = Field(default=10.0, gt=0)
+    run_sweep_seconds: float = Field(default=10.0, gt=0)
+
     # Prometheus metrics: GET /metrics on the service's port, or on METRICS_PORT only (its own listener).
     metrics_enabled: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
@@ -112,6 +119,9 @@ class Settings(BaseSettings):
             raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
+            # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
+            raise ValueError("RUN_HEARTBEAT_SECONDS must be at most half of RUN_LEASE_SECONDS")
         return self
 
     @property

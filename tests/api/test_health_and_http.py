@@ -13,7 +13,13 @@ async def test_live(client: httpx.AsyncClient) -> None:
 async def test_ready_checks_database(client: httpx.AsyncClient) -> None:
     response = await client.get("/health/ready")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "demo_model": True}
+    assert response.json() == {
+        "status": "ok",
+        "database": "ok",
+        "demo_model": True,
+        "runs_in_flight": 0,
+        "max_concurrent_runs": 64,
+    }
 
 
 async def test_unknown_route_is_json_404(client: httpx.AsyncClient) -> None:

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import TEST_JWT_SECRET
-from tests.support.serve import free_port, spawn_serve, wait_ready
+from tests.support.serve import start_serve
 
 from agent_runtime.db.embedded import HANDLE_PIDS_FILE, repair_handle_pids
 
@@ -56,28 +55,20 @@ def data_dir() -> Iterator[Path]:
 
 async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(data_dir: Path, tmp_path: Path) -> None:
     pgdata = (data_dir / "pgdata").resolve()
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "HOST", "METRICS_PORT")}
-    env |= {"DATA_DIR": str(data_dir), "JWT_SECRET": TEST_JWT_SECRET}
+    env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1"}
 
-    port = free_port()
-    crashed = await spawn_serve({**env, "PORT": str(port)}, cwd=tmp_path)
-    try:
-        await wait_ready(crashed, port)
-    finally:
-        crashed.kill()  # SIGKILL: no lifespan shutdown, no atexit; PostgreSQL keeps running
-        await crashed.wait()
-    assert crashed.pid in json.loads((pgdata / HANDLE_PIDS_FILE).read_text())
+    crashed = await start_serve("crashed", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    crashed.kill()  # SIGKILL: no lifespan shutdown, no atexit; PostgreSQL keeps running
+    await crashed.proc.wait()
+    assert crashed.proc.pid in json.loads((pgdata / HANDLE_PIDS_FILE).read_text())
     assert _postgres_processes(pgdata), "the crash should have left PostgreSQL running"
 
-    port = free_port()
-    clean = await spawn_serve({**env, "PORT": str(port)}, cwd=tmp_path)
-    try:
-        await wait_ready(clean, port)
-    finally:
-        clean.send_signal(signal.SIGINT)
-        output = (await asyncio.wait_for(clean.communicate(), 60))[0].decode()
-    assert clean.returncode in (0, 130), output[-2000:]
+    clean = await start_serve("clean", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    clean.proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(clean.proc.wait(), 120)
+    output = clean.log_tail(20_000)
+    assert clean.proc.returncode in (0, 130), output
 
-    assert _postgres_processes(pgdata) == [], output[-2000:]
+    assert _postgres_processes(pgdata) == [], output
     assert json.loads((pgdata / HANDLE_PIDS_FILE).read_text()) == []
-    assert "Traceback" not in output and '"level": "ERROR"' not in output, output[-3000:]
+    assert "Traceback" not in output and '"level": "ERROR"' not in output, output

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from tests.conftest import User
 
-from agent_runtime.engine.errors import ConflictError, NotFoundError, RunInProgressError
+from agent_runtime.engine.errors import ConflictError, NotFoundError
 from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
@@ -100,16 +100,24 @@ async def test_database_rejects_wrong_currency_and_duplicate_seq(engine: Runtime
         await engine.pool.execute("UPDATE agent_chat_sessions SET billing_currency = 'USD' WHERE id = $1", session.id)
 
 
+def _user_turn(text: str = "hi") -> list[NewMessage]:
+    return [NewMessage(role="user", content=text, metadata=UserInputMetadata())]
+
+
 async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
+    store = engine.runs.store
     session = await engine.sessions.create(user.ctx, SessionCreate())
     run1 = uuid4()
-    running = await engine.sessions.start_run(user.ctx, session.id, run1)
+    started = await store.start(user.ctx, session.id, run1, _user_turn())
+    assert started is not None
+    running = started.session
     assert (running.status, running.state_snapshot.status, running.state_snapshot.run_id) == (
         "running",
         "running",
         str(run1),
     )
-    assert await engine.sessions.finish_run(user.ctx, session.id, run1, "failed", error_id="err-1")
+    end = await store.finish(user.ctx, started, "failed", [], error_code="run_timeout", error_id="err-1")
+    assert end.owned
     failed = await engine.sessions.get(user.ctx, session.id)
     assert (failed.status, failed.state_snapshot.status, failed.error_id, failed.state_snapshot.error_id) == (
         "failed",
@@ -118,12 +126,18 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
         "err-1",
     )
     run2 = uuid4()
-    again = await engine.sessions.start_run(user.ctx, session.id, run2)
-    assert (again.status, again.error_id) == ("running", None)
-    assert not await engine.sessions.finish_run(user.ctx, session.id, run1, "completed")  # stale run id
-    assert await engine.sessions.finish_run(user.ctx, session.id, run2, "completed")
+    again = await store.start(user.ctx, session.id, run2, _user_turn("again"))
+    assert again is not None
+    assert (again.session.status, again.session.error_id) == ("running", None)
+    assert not (await store.finish(user.ctx, started, "completed", [])).owned  # stale run id
+    assert (await store.finish(user.ctx, again, "completed", [])).owned
     done = await engine.sessions.get(user.ctx, session.id)
     assert (done.status, done.state_snapshot.status) == ("completed", "completed")
+    runs = await engine.pool.fetch(
+        "SELECT id, status, error_code, error_id FROM agent_runs WHERE session_id = $1 ORDER BY created_at",
+        session.id,
+    )
+    assert [tuple(r) for r in runs] == [(run1, "failed", "run_timeout", "err-1"), (run2, "completed", None, None)]
     with pytest.raises(asyncpg.CheckViolationError, match="invalid session status transition"):
         await engine.pool.execute(
             "UPDATE agent_chat_sessions SET status = 'pending', state_snapshot = '{\"status\":\"pending\"}'"
@@ -139,30 +153,43 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
 async def test_concurrent_run_starts_exactly_one_wins(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     results = await asyncio.gather(
-        *(engine.sessions.start_run(user.ctx, session.id, uuid4()) for _ in range(2)), return_exceptions=True
+        *(engine.runs.store.start(user.ctx, session.id, uuid4(), _user_turn(f"m{i}")) for i in range(2))
     )
-    winners = [r for r in results if not isinstance(r, BaseException)]
-    losers = [r for r in results if isinstance(r, RunInProgressError)]
-    assert len(winners) == 1 and len(losers) == 1
-    assert losers[0].status_code == 409
+    assert sorted(r is None for r in results) == [False, True]
+    rows = await engine.pool.fetch("SELECT content FROM agent_chat_messages WHERE session_id = $1", session.id)
+    assert len(rows) == 1  # the losing start stored nothing
 
 
 async def test_start_run_on_foreign_session_is_404(engine: RuntimeEngine, make_user) -> None:  # type: ignore[no-untyped-def]
     owner, intruder = make_user(), make_user()
     session = await engine.sessions.create(owner.ctx, SessionCreate())
     with pytest.raises(NotFoundError):
-        await engine.sessions.start_run(intruder.ctx, session.id, uuid4())
+        await engine.runs.store.start(intruder.ctx, session.id, uuid4(), _user_turn())
     assert (await engine.sessions.get(owner.ctx, session.id)).status == "pending"
+    assert await engine.pool.fetchval("SELECT count(*) FROM agent_runs WHERE session_id = $1", session.id) == 0
 
 
-async def test_stale_running_session_can_be_taken_over(engine: RuntimeEngine, user: User) -> None:
+async def test_a_run_whose_lease_expired_is_swept_as_lost_and_the_session_runs_again(
+    engine: RuntimeEngine, user: User
+) -> None:
+    store = engine.runs.store
     session = await engine.sessions.create(user.ctx, SessionCreate())
-    await engine.sessions.start_run(user.ctx, session.id, uuid4())
+    started = await store.start(user.ctx, session.id, uuid4(), _user_turn())
+    assert started is not None
+    assert await store.start(user.ctx, session.id, uuid4(), _user_turn("blocked")) is None
+    assert await store.sweep() == []  # the lease is alive: nothing to take over
     await engine.pool.execute(
-        "UPDATE agent_chat_sessions SET run_started_at = now() - interval '1 day' WHERE id = $1", session.id
+        "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1", session.id
     )
-    taken = await engine.sessions.start_run(user.ctx, session.id, uuid4())
-    assert taken.status == "running"
+    lost = await store.sweep()
+    assert [(r.session_id, r.run_id) for r in lost] == [(session.id, started.run_id)]
+    swept = await engine.sessions.get(user.ctx, session.id)
+    assert (swept.status, swept.error_id) == ("failed", lost[0].error_id)
+    run = await engine.pool.fetchrow(
+        "SELECT status, error_code, error_id FROM agent_runs WHERE id = $1", started.run_id
+    )
+    assert tuple(run) == ("failed", "run_lost", lost[0].error_id)
+    assert await store.start(user.ctx, session.id, uuid4(), _user_turn("again")) is not None
 
 
 def test_cost_is_numeric_in_db() -> None:

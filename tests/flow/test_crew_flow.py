@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Literal
 from uuid import UUID
 
 import pytest
@@ -26,7 +27,6 @@ from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, O
 from agent_runtime.engine.flow.crew_flow import (  # noqa: E402
     AgentFlowState,
     FlowDeps,
-    FlowRunner,
     build_state,
     run_agent_flow,
 )
@@ -41,6 +41,7 @@ from agent_runtime.engine.flow.model_call import (  # noqa: E402
 )
 from agent_runtime.engine.flow.prompt import build_global_system_prompt  # noqa: E402
 from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates  # noqa: E402
+from agent_runtime.engine.flow.threads import FlowThreads  # noqa: E402
 from agent_runtime.engine.flow.tools import (  # noqa: E402
     BUILTIN_TOOLS,
     CalculatorArgs,
@@ -56,7 +57,10 @@ from agent_runtime.resources import default_config_dir  # noqa: E402
 # CrewAI reads its own deprecated fields internally on every Agent construction.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*")
 
+FlowRunner = Literal["thread", "loop"]
 BOTH_RUNNERS = pytest.mark.parametrize("runner", ["thread", "loop"])
+# "thread": the production set-up (the run service's bounded pools); "loop": the flow on the test's own loop.
+FLOW_THREADS = FlowThreads(4)
 
 TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
@@ -127,7 +131,7 @@ def deps_for(
         tool_registry=tool_registry,
         sink=events.append if events is not None else None,
         max_json_retries=max_json_retries,
-        runner=runner,
+        threads=FLOW_THREADS if runner == "thread" else None,
     )
 
 

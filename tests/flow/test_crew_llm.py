@@ -352,17 +352,6 @@ def test_importing_the_adapter_module_does_not_import_crewai() -> None:
     assert done.stdout.strip() == "refused"
 
 
-def test_ensure_worker_threads_sets_the_loops_default_executor() -> None:
-    loop = asyncio.new_event_loop()
-    pool = crewai_env.ensure_worker_threads(loop, 3)
-    try:
-        name = loop.run_until_complete(loop.run_in_executor(None, lambda: threading.current_thread().name))
-        assert name.startswith("crewai-step")
-    finally:
-        loop.close()
-        pool.shutdown()
-
-
 async def test_acall_from_another_loop_still_runs_call_model_on_ours() -> None:
     loop = asyncio.get_running_loop()
     seen: list[asyncio.AbstractEventLoop] = []

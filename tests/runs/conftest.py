@@ -269,7 +269,7 @@ def make_harness(settings: Settings) -> MakeHarness:
                 "llm_max_retries": 2,
                 "llm_retry_base_seconds": 0.01,
                 "llm_retry_max_seconds": 0.02,
-                "run_timeout_seconds": 30.0,
+                "run_timeout_seconds": 120.0,  # the first run of a process waits for the CrewAI import
                 "db_pool_max_size": 10,
             }
             values.update(overrides)

@@ -1,5 +1,6 @@
-"""Runs that end outside the flow: cancelled by shutdown after SHUTDOWN_GRACE_SECONDS (recorded as failed with the
-error_id its RUN_ERROR names, the user's message kept), or unable to store their input."""
+"""Runs that end outside the flow: interrupted by the drain after SHUTDOWN_GRACE_SECONDS (RUN_ERROR
+`run_interrupted` in their stream, a failed session with the same error_id, the user's message kept), and a
+start whose input cannot be stored (refused whole: nothing left behind, one error_id)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,22 @@ from collections.abc import Callable
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, intent_direct, run_error_id, types, wait_for_model_call, warm_up
+from tests.runs.conftest import (
+    Harness,
+    MakeHarness,
+    intent_direct,
+    run_error_id,
+    types,
+    wait_for_model_call,
+    warm_up,
+)
 
-from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.runs.store import RunStore
+
+INTERRUPTED = "the server shut down before the run finished"
 
 
-async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_failed(
+async def test_drain_interrupts_a_run_past_the_grace_period_and_refuses_new_ones(
     h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     await warm_up(h, make_user())  # CrewAI and LiteLLM loaded: the run below waits only for the model
@@ -26,14 +37,22 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         await wait_for_model_call(timed.stub)
 
         started = time.monotonic()
-        await timed.engine.runs.aclose()
-        assert time.monotonic() - started < 2.0  # the grace period, then the cancel: not the model's 4 s
+        draining = asyncio.create_task(timed.engine.runs.drain())
+        await asyncio.sleep(0)  # the drain has begun: new work is refused from now on
+        ready = await timed.client.get("/health/ready")
+        refused = await timed.client.post(
+            f"/v1/sessions/{await timed.new_session(user)}/runs", headers=user.headers, json={"message": "more"}
+        )
         result = await running
+        await draining
+        assert time.monotonic() - started < 2.0  # the grace period, then the interrupt: not the model's 4 s
 
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "shutting_down"
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "shutting_down"
         assert types(result.events) == ["RUN_STARTED", "STEP_STARTED", "STEP_FINISHED", "RUN_ERROR"]
-        error = result.events[-1]
-        message = "the run was cancelled (server shutting down)"
-        error_id = run_error_id(error, "run_cancelled", message)
+        error_id = run_error_id(result.events[-1], "run_interrupted", INTERRUPTED)
         session = await timed.session(user, sid)
         assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": error_id}
         assert (session["status"], session["error_id"]) == ("failed", error_id)
@@ -41,21 +60,24 @@ async def test_shutdown_cancels_a_run_past_the_grace_period_and_records_it_faile
         assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
 
 
-async def test_a_failure_to_store_the_input_leaves_a_failed_session_whose_error_id_is_logged(
+async def test_a_start_that_cannot_store_its_input_changes_nothing_and_names_one_error_id(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken_append(self: MessageStore, *args: object, **kwargs: object) -> None:
+    async def broken_start(self: RunStore, *args: object, **kwargs: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(MessageStore, "append", broken_append)
+    monkeypatch.setattr(RunStore, "start", broken_start)
     user = make_user()
     sid = await h.new_session(user)
 
-    result = await h.run(user, sid, "hello")
+    response = await h.client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": "hello"})
 
-    assert result.status == 500
+    assert response.status_code == 500
+    error_id = response.json()["error"]["error_id"]
+    logged = [r for r in caplog.records if r.getMessage() == "unhandled error"]
+    assert [getattr(r, "error_id", None) for r in logged] == [error_id]
     session = await h.session(user, sid)
-    assert session["status"] == "failed"
-    logged = [r for r in caplog.records if r.getMessage() == "could not store the run's messages"]
-    assert [getattr(r, "error_id", None) for r in logged] == [session["error_id"]]
+    assert (session["status"], session["error_id"]) == ("pending", None)
+    assert await h.rows(user, sid) == []
     assert h.stub.requests == []
+    assert h.engine.runs.admission.in_flight == 0  # the refused start gave its slot back

@@ -1,27 +1,26 @@
-"""A real `agent-runtime serve` process for tests: spawn, wait until ready, stop."""
+"""Real `agent-runtime serve` processes for tests: started against the test database, stopped or killed."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import itertools
+import os
+import signal
 import socket
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
+from tests.conftest import TEST_JWT_SECRET
 
+T = TypeVar("T")
 
-def errors_in(output: str) -> str:
-    """The ERROR lines of a serve process's JSON log, each with the end of its traceback."""
-    found = []
-    for line in output.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("level") == "ERROR":
-            found.append(f"{record.get('msg')}\n{str(record.get('exc', ''))[-2000:]}")
-    return "\n".join(found) or output[-2000:]
+# Env vars that would point a server at a real model (or away from what the test chose).
+PROVIDER_ENV = ("LLM_MODEL", "LLM_API_BASE", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MAX_RETRIES")
 
 
 def free_port() -> int:
@@ -30,30 +29,102 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def spawn_serve(
-    env: dict[str, str], *, cwd: Path, command: list[str] | None = None
-) -> asyncio.subprocess.Process:
-    """`serve` with stdout and stderr together on one pipe (read it after the process ends)."""
-    return await asyncio.create_subprocess_exec(
-        *(command or [sys.executable, "-m", "agent_runtime.cli"]),
-        "serve",
-        env=env,
-        cwd=cwd,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
+@dataclass
+class ServeProcess:
+    name: str
+    base_url: str
+    proc: asyncio.subprocess.Process
+    log_path: Path
+    workdir: Path
 
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
 
-async def wait_ready(proc: asyncio.subprocess.Process, port: int) -> None:
-    """Poll /health/ready until it answers 200 (within 120 s); fail with the process's errors if it exits first."""
-    async with asyncio.timeout(120), httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
-        while True:
-            if proc.returncode is not None:
-                output = (await proc.communicate())[0].decode()
-                raise AssertionError(f"serve exited with {proc.returncode}:\n{errors_in(output)}")
+    async def stop(self, within: float = 30) -> int:
+        """SIGTERM, then wait; returns the exit status (SIGKILL and AssertionError if it does not exit)."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
             try:
+                await asyncio.wait_for(self.proc.wait(), within)
+            except TimeoutError:
+                self.kill()
+                await self.proc.wait()
+                raise AssertionError(f"{self.name} did not stop within {within} s:\n{self.log_tail()}") from None
+        assert self.proc.returncode is not None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+
+
+async def start_serve(
+    name: str,
+    *,
+    database_url: str | None,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 60,
+    command: list[str] | None = None,
+) -> ServeProcess:
+    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200); output in `workdir/server-<name>.log`.
+
+    `database_url=None` starts the embedded PostgreSQL (under DATA_DIR); `command` replaces
+    `python -m agent_runtime.cli` (e.g. an installed `agent-runtime` script)."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if k not in (*PROVIDER_ENV, "DATABASE_URL")}
+    if database_url is not None:
+        full_env["DATABASE_URL"] = database_url
+    full_env.update(
+        JWT_SECRET=TEST_JWT_SECRET,
+        PORT=str(port),
+        DATA_DIR=str(workdir / f"data-{name}"),
+        ENVIRONMENT="test",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        **(env or {}),
+    )
+    log_path = workdir / f"server-{name}.log"
+    with log_path.open("wb") as log:
+        # cwd outside the checkout: no developer `.env` can change what the test chose.
+        proc = await asyncio.create_subprocess_exec(
+            *(command or [sys.executable, "-m", "agent_runtime.cli"]),
+            "serve",
+            env=full_env,
+            cwd=workdir,
+            stdout=log,
+            stderr=log,
+        )
+    server = ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_timeout
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
+            with contextlib.suppress(httpx.TransportError):
                 if (await client.get("/health/ready")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.2)
+                    return server
+            await asyncio.sleep(0.1)
+    server.kill()
+    await proc.wait()
+    raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+
+
+async def poll_until(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], *, within: float) -> T:
+    """`fetch()` until `done(value)`, every 0.1 s, for at most `within` seconds (AssertionError after that).
+
+    For state another process changes (a replica's sweep): there is no event in this process to wait for.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    for _ in itertools.count():
+        value = await fetch()
+        if done(value):
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"not done within {within} s: {value!r}")
+        await asyncio.sleep(0.1)
+    raise AssertionError("unreachable")

@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.info("LLM model", extra={"model": settings.effective_llm_model})
         # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
         warm_up = resources.engine.runs.ensure_warm()
+        resources.engine.runs.start_background()
         sampler = asyncio.create_task(sample_forever(resources.engine.pool), name="metrics-sampler")
         own_port = settings.metrics_port if settings.metrics_enabled else None
         metrics_server = MetricsServer.start(settings.host, own_port) if own_port is not None else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -51,7 +52,9 @@ _DESCRIPTIONS = {
     409: "Conflict, e.g. a run is already in progress on this session.",
     413: "Request body too large.",
     422: "Invalid request: `details` names each offending field.",
-    503: "Not ready.",
+    429: "Too many runs: `server_busy` (this process is full) or `too_many_runs` (your runs in progress); "
+    "retry after the `Retry-After` header's seconds.",
+    503: "Not ready, or shutting down (`shutting_down`, with `Retry-After`).",
 }
 
 
@@ -62,7 +65,10 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 async def _app_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, AppError)
-    return error_json(exc.status_code, exc.code, exc.message, details=exc.details, **exc.extra)
+    response = error_json(exc.status_code, exc.code, exc.message, details=exc.details, **exc.extra)
+    if exc.retry_after is not None:
+        response.headers["Retry-After"] = str(math.ceil(exc.retry_after))
+    return response
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

@@ -27,16 +27,35 @@ def _dumps(value: Any) -> str:
     return json.dumps(_without_nul(value)) if "\\u0000" in text else text
 
 
-async def _init_connection(conn: asyncpg.Connection) -> None:
+async def _register_codecs(conn: asyncpg.Connection) -> None:
     # Registered on the pool so no query decodes JSON by hand.
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
     trace_queries(conn)
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+async def _keep_session_state(conn: asyncpg.Connection) -> None:
+    """The pool's reset on release: nothing beyond asyncpg's own rollback of an unfinished transaction.
+
+    asyncpg's default (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) was half of a
+    run's statements (10 of 20). Nothing here leaves such state behind: no advisory locks (a house rule),
+    no cursors outside a transaction, LISTEN only on dedicated connections, and the one session setting we
+    use (`agent_runtime.max_runs_per_user`) must survive: RESET ALL would erase it.
+    """
+
+
+async def create_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, max_runs_per_user: int | None = None
+) -> asyncpg.Pool:
+    """`max_runs_per_user` is read by the database's per-user run limit (migrations/0003); None = no limit."""
+
+    async def init(conn: asyncpg.Connection) -> None:
+        await _register_codecs(conn)
+        if max_runs_per_user is not None:
+            await conn.execute(f"SET agent_runtime.max_runs_per_user = {int(max_runs_per_user)}")
+
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection, command_timeout=60
+        dsn, min_size=min_size, max_size=max_size, init=init, reset=_keep_session_state, command_timeout=60
     )
     assert pool is not None
     return pool

@@ -17,11 +17,20 @@ class AppError(Exception):
     status_code: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
 
-    def __init__(self, message: str, *, details: list[ErrorDetail] | None = None, extra: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        details: list[ErrorDetail] | None = None,
+        extra: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.message = message
         self.details = details or []
         self.extra = extra or {}
+        # Seconds, sent as the Retry-After header of a 429/503.
+        self.retry_after = retry_after
 
 
 class BadRequestError(AppError):
@@ -51,6 +60,28 @@ class RunInProgressError(ConflictError):
 class PayloadTooLargeError(AppError):
     status_code = 413
     code = "payload_too_large"
+
+
+class TooManyRequestsError(AppError):
+    status_code = 429
+    code = "rate_limited"
+
+
+class ServerBusyError(TooManyRequestsError):
+    """This process runs as many runs as it may (MAX_CONCURRENT_RUNS)."""
+
+    code = "server_busy"
+
+
+class TooManyRunsError(TooManyRequestsError):
+    """The caller already has MAX_CONCURRENT_RUNS_PER_USER runs in progress (on any replica)."""
+
+    code = "too_many_runs"
+
+
+class ShuttingDownError(AppError):
+    status_code = 503
+    code = "shutting_down"
 
 
 class ValidationFailedError(AppError):

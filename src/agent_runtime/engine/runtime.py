@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import asyncpg
 
@@ -36,15 +35,10 @@ class RuntimeEngine:
 
     def __post_init__(self) -> None:
         self.profiles = ProfileService(self.pool)
-        self.sessions = SessionService(
-            self.pool,
-            self.profiles,
-            model=self.settings.effective_llm_model,
-            stale_run_after=timedelta(seconds=2 * self.settings.run_timeout_seconds),
-        )
+        self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool)
-        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.profiles, self.templates)
+        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates)
 
     async def is_ready(self) -> bool:
         try:
@@ -84,7 +78,12 @@ async def open_engine(settings: Settings) -> EngineResources:
     try:
         report = await apply_migrations(dsn, settings.migrations_dir)
         log.info("migrations", extra={"applied": report.applied, "already_applied": len(report.already_applied)})
-        pool = await create_pool(dsn, min_size=settings.db_pool_min_size, max_size=settings.db_pool_max_size)
+        pool = await create_pool(
+            dsn,
+            min_size=settings.db_pool_min_size,
+            max_size=settings.db_pool_max_size,
+            max_runs_per_user=settings.max_concurrent_runs_per_user,
+        )
     except BaseException:
         if embedded is not None:
             embedded.stop()

@@ -65,7 +65,8 @@ STAGE_DURATION = Histogram(
 )
 ADMISSION_REFUSALS = Counter(
     "agent_runtime_admission_refusals",
-    "Runs refused before they started, by reason (e.g. process_full, user_limit, rate_limited, budget).",
+    "Runs refused before they started, by reason: the error code the client got (server_busy, shutting_down,"
+    " too_many_runs).",
     ["reason"],
 )
 RUNS_IN_FLIGHT = Gauge("agent_runtime_runs_in_flight", "Runs executing in this process now.")
@@ -129,14 +130,17 @@ def http_request(method: str, route: str, status: int, seconds: float) -> None:
 
 def run_started() -> None:
     RUNS_STARTED.inc()
-    RUNS_IN_FLIGHT.inc()
 
 
 def run_finished(seconds: float, *, error_code: str | None = None) -> None:
     outcome = "completed" if error_code is None else "failed"
     RUNS_FINISHED.labels(outcome, error_code or "").inc()
     RUN_DURATION.labels(outcome).observe(seconds)
-    RUNS_IN_FLIGHT.dec()
+
+
+def runs_in_flight(count: int) -> None:
+    """The admission's count of runs holding a slot in this process (engine/runs/admission.py)."""
+    RUNS_IN_FLIGHT.set(count)
 
 
 def run_first_token(seconds: float) -> None:

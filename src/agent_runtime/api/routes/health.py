@@ -4,7 +4,7 @@ from typing import Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent_runtime.api.deps import Engine
 from agent_runtime.api.errors import error_json, error_responses
@@ -20,6 +20,8 @@ class Readiness(BaseModel):
     status: Literal["ok"] = "ok"
     database: Literal["ok"] = "ok"
     demo_model: bool
+    runs_in_flight: int = Field(description="Runs this process executes now.")
+    max_concurrent_runs: int = Field(description="MAX_CONCURRENT_RUNS: at this many, readiness answers 503.")
 
 
 @router.get("/live", response_model=Health)
@@ -29,6 +31,17 @@ async def live() -> Health:
 
 @router.get("/ready", response_model=Readiness, responses=error_responses(503))
 async def ready(engine: Engine) -> Readiness | JSONResponse:
+    """503 while the process shuts down (`shutting_down`), while it runs as many runs as it may
+    (`server_busy`: a load balancer should send new runs elsewhere), or without its database."""
+    admission = engine.runs.admission
+    if admission.draining:
+        return error_json(503, "shutting_down", "the server is shutting down")
+    if admission.full:
+        return error_json(503, "server_busy", f"the server runs {admission.in_flight} runs, its maximum")
     if not await engine.is_ready():
         return error_json(503, "unavailable", "database is not reachable")
-    return Readiness(demo_model=engine.settings.is_demo_model)
+    return Readiness(
+        demo_model=engine.settings.is_demo_model,
+        runs_in_flight=admission.in_flight,
+        max_concurrent_runs=admission.limit,
+    )

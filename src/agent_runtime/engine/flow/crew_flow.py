@@ -9,15 +9,15 @@ layer. That direct agent API was measured against `Crew.akickoff()` per stage (d
 scripts/bench/crewai_paths.py): 40-50% less CPU, and it takes the chat history as messages where a
 Task only takes text.
 
-Where the flow runs (`FlowDeps.runner`): "thread" (default) drives the whole CrewAI flow with
-`Flow.kickoff` on one worker thread per run, which gives it a private event loop; "loop" awaits
-`Flow.kickoff_async` on the app's loop. Model calls and tools always run on the app's loop (that is where
-our LLM layer and tools live; `DelegatingLLM` and `RuntimeToolAdapter` bridge to it). "thread" exists
-because CrewAI does blocking work in async code: every `Flow.kickoff_async` (ours and each stage's agent
-executor) ends with a synchronous `crewai_event_bus.flush()` that waits for the event handlers of every
-run in the process, plus executor construction, routing and event bookkeeping, all of which would
-otherwise run on the app's loop (measured in docs/crewai-notes.md). Size the app's default thread pool
-for the concurrent runs (`crewai_env.ensure_worker_threads`).
+Where the flow runs (`FlowDeps.threads`): with the run service's `FlowThreads` (production), the whole
+CrewAI flow is driven on a private event loop in a `crewai-flow` thread, its executor's sync steps on the
+`crewai-step` pool (`engine/flow/threads.py` says why two bounded pools of their own); without, it is
+awaited on the caller's loop (tests, benchmarks). Model calls and tools always run on the app's loop (that
+is where our LLM layer and tools live; `DelegatingLLM` and `RuntimeToolAdapter` bridge to it). The thread
+exists because CrewAI does blocking work in async code: every `Flow.kickoff_async` (ours and each stage's
+agent executor) ends with a synchronous `crewai_event_bus.flush()` that waits for the event handlers of
+every run in the process, plus executor construction, routing and event bookkeeping, all of which would
+otherwise run on the app's loop (measured in docs/crewai-notes.md).
 
 What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
 three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
@@ -62,6 +62,7 @@ from agent_runtime.engine.flow.templates import (
     IntentVariables,
     OrganizationVariables,
 )
+from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, RunToolSet, Tool, ToolOutcome, ToolRegistry
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
-FlowRunner = Literal["thread", "loop"]
 _ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
 
 DEFAULT_MAX_TOOL_ITERATIONS = 6
@@ -107,7 +107,8 @@ class FlowDeps:
 
     The execution stage gets the tools its YAML agent names, looked up in `tool_registry` and bound to
     `user_context` (the model never supplies whose data a tool reads). `max_tool_iterations` is CrewAI's
-    `max_iter` for a stage (model calls in its tool loop before it must answer).
+    `max_iter` for a stage (model calls in its tool loop before it must answer). `threads`: where the flow
+    runs (see the module docstring); None runs it on the caller's loop.
     """
 
     call_model: CallModel
@@ -118,7 +119,7 @@ class FlowDeps:
     sink: EventSink | None = None
     max_json_retries: int = 2
     max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
-    runner: FlowRunner = "thread"
+    threads: FlowThreads | None = None
 
 
 class RuntimeToolAdapter(BaseTool):
@@ -183,12 +184,11 @@ class AgentFlow(Flow[AgentFlowState]):
 
     async def run(self) -> AgentFlowState:
         """Run the stages; on any failure or cancellation, stop the stages' pending model calls."""
+        threads = self._require_deps().threads
         try:
-            if self._require_deps().runner == "thread":
-                # CrewAI's executor steps are sync and its per-stage set-up runs wherever the flow is driven;
-                # no async API keeps that work off our loop, so the sync Flow.kickoff drives the flow with
-                # a private event loop on a worker thread (20 concurrent runs: loop lag p99 84 vs 156 ms).
-                await asyncio.to_thread(self.kickoff)
+            if threads is not None:
+                # Off the app's loop: 20 concurrent runs, loop lag p99 84 vs 156 ms (docs/crewai-notes.md).
+                await threads.run(self.kickoff_async)
             else:
                 await self.kickoff_async()
         except BaseException:
@@ -371,7 +371,6 @@ __all__ = [
     "AgentFlow",
     "AgentFlowState",
     "FlowDeps",
-    "FlowRunner",
     "RuntimeToolAdapter",
     "build_state",
     "run_agent_flow",

@@ -13,16 +13,14 @@ Tuning applied once after the import (each one measured; see docs/crewai-notes.m
 - CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
 - The agent executor's state class defined once instead of once per `Agent.kickoff` (~10 ms per stage).
 
-`ensure_worker_threads` sizes the app loop's default thread pool, where each run's CrewAI flow runs.
+Which threads CrewAI runs on is `engine/flow/threads.py`'s business.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -136,20 +134,6 @@ def _quiet_console() -> None:
     # and CPU on every run. Our logs and AG-UI events report runs instead.
     listener_module = importlib.import_module("crewai.events.event_listener")
     listener_module.event_listener.formatter.verbose = False
-
-
-def ensure_worker_threads(loop: asyncio.AbstractEventLoop, workers: int) -> ThreadPoolExecutor:
-    """Give `loop` a default executor with `workers` threads (call once, in the lifespan).
-
-    A run holds one of these threads for its whole duration (`crew_flow` drives the CrewAI flow on a
-    worker thread; with `runner="loop"` each in-flight model call holds one instead, since CrewAI's
-    executor steps are sync and wait for the model), so the default `min(32, cpus + 4)` threads, 6 on a
-    2-CPU box, cap the number of concurrent runs. Size it to at least the maximum number of concurrent
-    runs. The caller owns the returned pool and shuts it down at exit.
-    """
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="crewai-step")
-    loop.set_default_executor(pool)
-    return pool
 
 
 def _flags_set() -> bool:

@@ -9,6 +9,8 @@ append leaves no row behind (a gap in seq at worst, never a duplicate).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import asyncpg
@@ -44,6 +46,24 @@ def row_to_message(row: asyncpg.Record) -> StoredMessage:
     )
 
 
+def incoming_rows_sql(first_param: int) -> str:
+    """`unnest(...)` of the nine arrays `MessageBatch.arrays()` binds from parameter `$first_param` on: one row
+    per message, numbered by `position` (visible and audit messages separately)."""
+    types = ("text", "text", "text", "jsonb", "int", "int", "numeric", "bool", "int")
+    arrays = ", ".join(f"${first_param + i}::{t}[]" for i, t in enumerate(types))
+    columns = "message_id, role, content, metadata, input_tokens, output_tokens, cost, is_audit, position"
+    return f"unnest({arrays}) AS i({columns})"
+
+
+# `c` is the session row after its counters moved (first_seq, first_audit_seq, billing_currency).
+INSERT_ROWS_SQL = """
+INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata,
+                                 input_tokens, output_tokens, cost, currency)
+SELECT gen_random_uuid(), $1, $2, i.message_id,
+       CASE WHEN i.is_audit THEN c.first_audit_seq - i.position ELSE c.first_seq + i.position END,
+       i.role, i.content, i.metadata, i.input_tokens, i.output_tokens, i.cost, c.billing_currency
+"""
+
 _APPEND_SQL = f"""
 WITH counters AS (
     UPDATE agent_chat_sessions
@@ -51,59 +71,75 @@ WITH counters AS (
            title = COALESCE(title, $5), updated_at = now()
      WHERE id = $1 AND user_id = $2
     RETURNING next_seq - $3 AS first_seq, next_audit_seq + $4 AS first_audit_seq, billing_currency
-), incoming AS (
-    SELECT * FROM unnest($6::text[], $7::text[], $8::text[], $9::jsonb[], $10::int[], $11::int[], $12::numeric[],
-                         $13::bool[], $14::int[])
-        AS t(message_id, role, content, metadata, input_tokens, output_tokens, cost, is_audit, position)
 )
-INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata,
-                                 input_tokens, output_tokens, cost, currency)
-SELECT gen_random_uuid(), $1, $2, i.message_id,
-       CASE WHEN i.is_audit THEN c.first_audit_seq - i.position ELSE c.first_seq + i.position END,
-       i.role, i.content, i.metadata, i.input_tokens, i.output_tokens, i.cost, c.billing_currency
-FROM incoming i CROSS JOIN counters c
+{INSERT_ROWS_SQL}
+FROM {incoming_rows_sql(6)} CROSS JOIN counters c
 RETURNING {COLUMNS}
 """
+
+
+@dataclass(frozen=True)
+class MessageBatch:
+    """Messages to append in one statement, as the arrays `incoming_rows_sql` unnests.
+
+    `position` numbers visible and audit messages separately, so each kind gets consecutive seqs from its
+    own counter in the order given.
+    """
+
+    messages: Sequence[NewMessage]
+
+    @property
+    def visible(self) -> int:
+        return sum(not m.is_audit for m in self.messages)
+
+    @property
+    def audit(self) -> int:
+        return sum(m.is_audit for m in self.messages)
+
+    @property
+    def title(self) -> str | None:
+        """The session title the first user message gives (used only while the session has none)."""
+        first_user = next((m for m in self.messages if m.role == "user"), None)
+        return build_session_title(first_user.content) if first_user is not None else None
+
+    def arrays(self) -> list[list[Any]]:
+        positions: list[int] = []
+        counts = {True: 0, False: 0}
+        for message in self.messages:
+            positions.append(counts[message.is_audit])
+            counts[message.is_audit] += 1
+        return [
+            [m.message_id for m in self.messages],
+            [m.role for m in self.messages],
+            [storable(m.content) for m in self.messages],
+            [m.metadata.model_dump(mode="json", exclude_none=True) for m in self.messages],
+            [m.input_tokens for m in self.messages],
+            [m.output_tokens for m in self.messages],
+            [m.cost for m in self.messages],
+            [m.is_audit for m in self.messages],
+            positions,
+        ]
+
+    def conflict(self) -> ConflictError:
+        if len(self.messages) == 1:
+            return ConflictError("a message with this id is already stored in this session")
+        ids = ", ".join(repr(m.message_id) for m in self.messages)
+        return ConflictError(f"a message id among {ids} is already stored in this session")
 
 
 async def insert_messages(
     conn: asyncpg.Connection | asyncpg.Pool, ctx: RequestContext, session_id: UUID, messages: Sequence[NewMessage]
 ) -> list[StoredMessage]:
-    """Append `messages` in order in one statement (so one round trip and atomic on its own).
-
-    `position` numbers visible and audit messages separately, so each kind gets consecutive seqs
-    from its own counter in the order given.
-    """
+    """Append `messages` in order in one statement (so one round trip and atomic on its own)."""
     if not messages:
         return []
-    positions: list[int] = []
-    counts = {True: 0, False: 0}
-    for message in messages:
-        positions.append(counts[message.is_audit])
-        counts[message.is_audit] += 1
-    first_user = next((m for m in messages if m.role == "user"), None)
-    title = build_session_title(first_user.content) if first_user is not None else None
+    batch = MessageBatch(messages)
     try:
         rows = await conn.fetch(
-            _APPEND_SQL,
-            session_id,
-            ctx.user_id,
-            counts[False],
-            counts[True],
-            title,
-            [m.message_id for m in messages],
-            [m.role for m in messages],
-            [storable(m.content) for m in messages],
-            [m.metadata.model_dump(mode="json", exclude_none=True) for m in messages],
-            [m.input_tokens for m in messages],
-            [m.output_tokens for m in messages],
-            [m.cost for m in messages],
-            [m.is_audit for m in messages],
-            positions,
+            _APPEND_SQL, session_id, ctx.user_id, batch.visible, batch.audit, batch.title, *batch.arrays()
         )
     except asyncpg.UniqueViolationError as exc:
-        ids = ", ".join(repr(m.message_id) for m in messages)
-        raise ConflictError(f"a message id among {ids} is already stored in this session") from exc
+        raise batch.conflict() from exc
     if not rows:
         raise session_not_found(session_id)
     by_id = {row["message_id"]: row_to_message(row) for row in rows}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -34,7 +35,8 @@ class ProfileUpdate(BaseModel):
     )
 
 
-def _row_to_profile(row: asyncpg.Record) -> Profile:
+def row_to_profile(row: asyncpg.Record | Mapping[str, Any]) -> Profile:
+    """A `profiles` row (or the same columns as a mapping, e.g. `to_jsonb(p)` from another statement)."""
     settings: dict[str, Any] = row["settings"]
     return Profile(
         user_id=row["user_id"],
@@ -57,7 +59,7 @@ class ProfileService:
     async def get(self, ctx: RequestContext, *, conn: asyncpg.Connection | None = None) -> Profile:
         query = f"SELECT {_COLUMNS} FROM profiles WHERE user_id = $1"
         row = await (conn or self._pool).fetchrow(query, ctx.user_id)
-        return default_profile(ctx) if row is None else _row_to_profile(row)
+        return default_profile(ctx) if row is None else row_to_profile(row)
 
     async def put(self, ctx: RequestContext, update: ProfileUpdate) -> Profile:
         settings = upgrade_to_latest(update.settings)
@@ -76,7 +78,7 @@ class ProfileService:
             settings.model_dump(mode="json"),
         )
         assert row is not None
-        return _row_to_profile(row)
+        return row_to_profile(row)
 
     async def agent_context(self, ctx: RequestContext) -> UserAgentContext:
         profile = await self.get(ctx)

@@ -6,7 +6,8 @@ Every model call is recorded on exactly one row, so SQL sums never double count:
   assistant reply (seq > 0); the raw stage JSON is kept beside it as an audit row without usage;
 - every other stage output (intent, execution, rejected attempts) -> an audit row (seq < 0).
 JSON outputs wait until the run ends (only then is it known which attempt was valid and which route
-was taken); on failure they are all written as audit rows, so a failed run still bills what it used.
+was taken) and are written with the run's status in one statement (`runs/store.py`); on failure they are
+all written as audit rows, so a failed run still bills what it used.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class RunRecorder:
         self._tool_results: list[ToolResultRecord] = []
 
     async def tool_calls(self, stage: str, response: LLMResponse, calls: list[ToolCallSpec]) -> StoredMessage:
-        await self.flush_tool_results()
+        """Store the model's tool calls at once (with tool results not written yet, in the same statement)."""
         metadata = ToolCallMetadata(
             tool_calls=calls,
             run_id=self.run_id,
@@ -74,17 +75,20 @@ class RunRecorder:
             cached_tokens=response.cost.cache_hit_tokens,
         )
         row = NewMessage(role="assistant", content=response.content, metadata=metadata)
-        return await self._store.append_one(self._ctx, self._session_id, _billed(row, response))
+        rows = [*self._take_tool_results(), _billed(row, response)]
+        return (await self._store.append(self._ctx, self._session_id, rows))[-1]
 
     def tool_result(self, record: ToolResultRecord) -> None:
         """Queue a tool result (called from a sync event sink); written before the next row."""
         self._tool_results.append(record)
 
     async def flush_tool_results(self) -> None:
-        if not self._tool_results:
-            return
+        if self._tool_results:
+            await self._store.append(self._ctx, self._session_id, self._take_tool_results())
+
+    def _take_tool_results(self) -> list[NewMessage]:
         pending, self._tool_results = self._tool_results, []
-        rows = [
+        return [
             NewMessage(
                 role="tool",
                 content=r.content,
@@ -95,7 +99,6 @@ class RunRecorder:
             )
             for r in pending
         ]
-        await self._store.append(self._ctx, self._session_id, rows)
 
     def stage_output(self, output: StageOutput) -> None:
         self._outputs.append(output)
@@ -125,12 +128,12 @@ class RunRecorder:
             final[output.stage] = output
         return StageOutcomes(rejected=rejected, final=final)
 
-    async def completed(self, *, answer_stage: str, answer_text: str, message_id: str, demo: bool) -> StoredMessage:
-        """Write the outputs of a successful run and the visible reply; returns the reply row."""
-        await self.flush_tool_results()
+    def completed_rows(self, *, answer_stage: str, answer_text: str, message_id: str, demo: bool) -> list[NewMessage]:
+        """The rows a successful run writes at its end (with its status, in one statement): tool results not
+        written yet, the stage outputs, and the visible reply last."""
         outcomes = self._outcomes()
         rejection = "rejected: did not match the stage contract"
-        rows = [self._audit(o, billed=True, error=rejection) for o in outcomes.rejected]
+        rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=rejection) for o in outcomes.rejected)]
         answer = outcomes.final.get(answer_stage)
         rows += [self._audit(o, billed=stage != answer_stage) for stage, o in outcomes.final.items()]
         reply = NewMessage(
@@ -149,14 +152,12 @@ class RunRecorder:
         )
         if answer is not None:
             reply = _billed(reply, answer.response)
-        stored = await self._store.append(self._ctx, self._session_id, [*rows, reply])
         self._outputs.clear()
-        return stored[-1]
+        return [*rows, reply]
 
-    async def failed(self, error: str) -> None:
-        """Keep every model output of a failed run (and its cost) as audit rows."""
-        await self.flush_tool_results()
-        rows = [self._audit(o, billed=True, error=error) for o in self._outputs]
+    def failed_rows(self, error: str) -> list[NewMessage]:
+        """What a failed run keeps: tool results not written yet, and every model output (and its cost) as
+        audit rows."""
+        rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=error) for o in self._outputs)]
         self._outputs.clear()
-        if rows:
-            await self._store.append(self._ctx, self._session_id, rows)
+        return rows

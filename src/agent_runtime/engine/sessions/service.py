@@ -1,20 +1,19 @@
-"""Sessions: owner-scoped CRUD and the run status machine (pending -> running -> completed|failed)."""
+"""Sessions: owner-scoped CRUD. A run's status changes (pending -> running -> completed|failed) are the run
+store's (`engine/runs/store.py`), enforced by the trigger on the session row."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Literal
 from uuid import UUID, uuid4
 
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import NotFoundError, RunInProgressError
+from agent_runtime.engine.errors import NotFoundError
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.sessions.models import Session, SessionCreate, SessionUpdate, StateSnapshot
 
-_COLUMNS = (
+SESSION_COLUMNS = (
     "id, title, status, state_snapshot, error_id, billing_currency, billing_country_snapshot, model, "
     "created_at, updated_at"
 )
@@ -46,11 +45,10 @@ def _like_pattern(q: str) -> str:
 
 
 class SessionService:
-    def __init__(self, pool: asyncpg.Pool, profiles: ProfileService, *, model: str, stale_run_after: timedelta):
+    def __init__(self, pool: asyncpg.Pool, profiles: ProfileService, *, model: str):
         self._pool = pool
         self._profiles = profiles
         self._model = model
-        self._stale_run_after = stale_run_after
 
     async def create(self, ctx: RequestContext, data: SessionCreate) -> Session:
         profile = await self._profiles.get(ctx)
@@ -58,7 +56,7 @@ class SessionService:
             f"""
             INSERT INTO agent_chat_sessions (id, user_id, title, billing_currency, billing_country_snapshot, model)
             VALUES ($1, $2, $3, 'CNY', $4, $5)
-            RETURNING {_COLUMNS}
+            RETURNING {SESSION_COLUMNS}
             """,
             uuid4(),
             ctx.user_id,
@@ -72,7 +70,7 @@ class SessionService:
     async def ensure(self, ctx: RequestContext, session_id: UUID) -> Session:
         """Return the caller's session, creating it under this id on first use (AG-UI threads)."""
         existing = await self._pool.fetchrow(
-            f"SELECT {_COLUMNS} FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
+            f"SELECT {SESSION_COLUMNS} FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
         )
         if existing is not None:
             return row_to_session(existing)
@@ -82,7 +80,7 @@ class SessionService:
             INSERT INTO agent_chat_sessions (id, user_id, billing_currency, billing_country_snapshot, model)
             VALUES ($1, $2, 'CNY', $3, $4)
             ON CONFLICT (id) DO NOTHING
-            RETURNING {_COLUMNS}
+            RETURNING {SESSION_COLUMNS}
             """,
             session_id,
             ctx.user_id,
@@ -96,7 +94,7 @@ class SessionService:
 
     async def get(self, ctx: RequestContext, session_id: UUID) -> Session:
         row = await self._pool.fetchrow(
-            f"SELECT {_COLUMNS} FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
+            f"SELECT {SESSION_COLUMNS} FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
         )
         if row is None:
             raise session_not_found(session_id)
@@ -109,7 +107,7 @@ class SessionService:
             total = await conn.fetchval(f"SELECT count(*) FROM agent_chat_sessions WHERE {where}", ctx.user_id, pattern)
             rows = await conn.fetch(
                 f"""
-                SELECT {_COLUMNS} FROM agent_chat_sessions WHERE {where}
+                SELECT {SESSION_COLUMNS} FROM agent_chat_sessions WHERE {where}
                 ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4
                 """,
                 ctx.user_id,
@@ -123,7 +121,7 @@ class SessionService:
         row = await self._pool.fetchrow(
             f"""
             UPDATE agent_chat_sessions SET title = $3, updated_at = now()
-            WHERE id = $1 AND user_id = $2 RETURNING {_COLUMNS}
+            WHERE id = $1 AND user_id = $2 RETURNING {SESSION_COLUMNS}
             """,
             session_id,
             ctx.user_id,
@@ -140,60 +138,3 @@ class SessionService:
         )
         if deleted is None:
             raise session_not_found(session_id)
-
-    async def start_run(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> Session:
-        """Move the session to `running` in one statement; a concurrent second start gets 409.
-
-        A run whose process died leaves `running` behind; it is taken over once it is older than the
-        stale limit (twice the run timeout), so a crash never locks a session forever.
-        """
-        row = await self._pool.fetchrow(
-            f"""
-            UPDATE agent_chat_sessions
-               SET status = 'running', run_id = $3, run_started_at = now(), error_id = NULL, updated_at = now(),
-                   state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $5::text,
-                                                                         'error_id', NULL)
-             WHERE id = $1 AND user_id = $2
-               AND (status <> 'running' OR run_started_at < now() - $4::interval)
-            RETURNING {_COLUMNS}
-            """,
-            session_id,
-            ctx.user_id,
-            run_id,
-            self._stale_run_after,
-            str(run_id),
-        )
-        if row is not None:
-            return row_to_session(row)
-        await self.get(ctx, session_id)  # 404 when missing or foreign
-        raise RunInProgressError(f"session {session_id} already has a run in progress")
-
-    async def finish_run(
-        self,
-        ctx: RequestContext,
-        session_id: UUID,
-        run_id: UUID,
-        outcome: Literal["completed", "failed"],
-        *,
-        error_id: str | None = None,
-    ) -> bool:
-        """Record the run's end; `status` and `state_snapshot.status` change in one statement.
-
-        Returns False when the run no longer owns the session (it was taken over as stale).
-        """
-        patch = {"status": outcome, "run_id": str(run_id), "error_id": error_id}
-        finished = await self._pool.fetchval(
-            """
-            UPDATE agent_chat_sessions
-               SET status = $4, error_id = $5, updated_at = now(), state_snapshot = state_snapshot || $6::jsonb
-             WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'
-            RETURNING id
-            """,
-            session_id,
-            ctx.user_id,
-            run_id,
-            outcome,
-            error_id,
-            patch,
-        )
-        return finished is not None

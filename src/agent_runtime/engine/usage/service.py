@@ -13,7 +13,7 @@ from agent_runtime.engine.sessions.service import session_not_found
 from agent_runtime.engine.usage.models import SessionUsage, SessionUsageRow, StageUsage, UsagePage, UsageTotals
 
 # A row "is a model call" when it carries a cost source; user rows and tool results carry none.
-_SUMS = """
+SUMS = """
     COALESCE(sum(m.input_tokens), 0)::bigint AS input_tokens,
     COALESCE(sum(m.output_tokens), 0)::bigint AS output_tokens,
     COALESCE(sum((m.metadata ->> 'cached_tokens')::bigint), 0)::bigint AS cached_tokens,
@@ -23,7 +23,7 @@ _SUMS = """
 _RANGE = "($2::timestamptz IS NULL OR m.created_at >= $2) AND ($3::timestamptz IS NULL OR m.created_at < $3)"
 
 
-def _totals(row: asyncpg.Record) -> UsageTotals:
+def totals_of(row: asyncpg.Record) -> UsageTotals:
     return UsageTotals(
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
@@ -46,7 +46,7 @@ class UsageService:
                 raise session_not_found(session_id)
             rows = await conn.fetch(
                 f"""
-                SELECT COALESCE(m.metadata ->> 'stage', 'unknown') AS stage, {_SUMS}
+                SELECT COALESCE(m.metadata ->> 'stage', 'unknown') AS stage, {SUMS}
                 FROM agent_chat_messages m
                 WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ? 'cost_source'
                 GROUP BY GROUPING SETS ((1), ())
@@ -56,8 +56,8 @@ class UsageService:
                 ctx.user_id,
             )
         # The grand-total row (GROUPING SETS ()) sorts first; an empty session has only that row.
-        total = _totals(rows[0])
-        by_stage = [StageUsage(stage=r["stage"], **_totals(r).model_dump()) for r in rows[1:]]
+        total = totals_of(rows[0])
+        by_stage = [StageUsage(stage=r["stage"], **totals_of(r).model_dump()) for r in rows[1:]]
         return SessionUsage(session_id=session_id, total=total, by_stage=by_stage)
 
     async def for_user(
@@ -68,7 +68,7 @@ class UsageService:
         async with self._pool.acquire() as conn:
             totals = await conn.fetchrow(
                 f"""
-                SELECT {_SUMS}, count(DISTINCT m.session_id) FILTER (WHERE m.metadata ? 'cost_source') AS sessions
+                SELECT {SUMS}, count(DISTINCT m.session_id) FILTER (WHERE m.metadata ? 'cost_source') AS sessions
                 FROM agent_chat_messages m
                 WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
                 """,
@@ -78,7 +78,7 @@ class UsageService:
             )
             rows = await conn.fetch(
                 f"""
-                SELECT m.session_id, s.title, {_SUMS}
+                SELECT m.session_id, s.title, {SUMS}
                 FROM agent_chat_messages m
                 JOIN agent_chat_sessions s ON s.id = m.session_id AND s.user_id = m.user_id
                 WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
@@ -93,11 +93,13 @@ class UsageService:
                 offset,
             )
         assert totals is not None
-        items = [SessionUsageRow(session_id=r["session_id"], title=r["title"], **_totals(r).model_dump()) for r in rows]
+        items = [
+            SessionUsageRow(session_id=r["session_id"], title=r["title"], **totals_of(r).model_dump()) for r in rows
+        ]
         return UsagePage(
             start=start,
             end=end,
-            totals=_totals(totals),
+            totals=totals_of(totals),
             items=items,
             total=totals["sessions"],
             limit=limit,
@@ -109,7 +111,7 @@ async def run_totals(pool: asyncpg.Pool, ctx: RequestContext, session_id: UUID, 
     """One run's tokens and cost, summed by the database from the rows the run wrote."""
     row = await pool.fetchrow(
         f"""
-        SELECT {_SUMS} FROM agent_chat_messages m
+        SELECT {SUMS} FROM agent_chat_messages m
         WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ->> 'run_id' = $3 AND m.metadata ? 'cost_source'
         """,
         session_id,
@@ -117,4 +119,4 @@ async def run_totals(pool: asyncpg.Pool, ctx: RequestContext, session_id: UUID, 
         run_id,
     )
     assert row is not None
-    return _totals(row)
+    return totals_of(row)

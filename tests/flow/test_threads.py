@@ -1,0 +1,65 @@
+"""FlowThreads: where CrewAI's flow and its sync steps run (engine/flow/threads.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+
+from agent_runtime.engine.flow.threads import FlowThreads
+
+_marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+
+async def _where() -> tuple[str, str, asyncio.AbstractEventLoop, str]:
+    step_thread = await asyncio.to_thread(lambda: threading.current_thread().name)
+    seen = _marker.get()
+    _marker.set("set by a previous run")
+    return threading.current_thread().name, step_thread, asyncio.get_running_loop(), seen
+
+
+async def test_a_flow_runs_on_a_flow_thread_with_its_own_loop_and_its_steps_on_the_step_pool() -> None:
+    threads = FlowThreads(2)
+    try:
+        flow_thread, step_thread, loop, seen = await threads.run(_where)
+        assert flow_thread.startswith("crewai-flow")
+        assert step_thread.startswith("crewai-step")
+        assert loop is not asyncio.get_running_loop()
+        assert seen == "unset"
+        # Threads are reused, context is not: the next run starts clean.
+        *_, seen_again = await threads.run(_where)
+        assert seen_again == "unset"
+    finally:
+        threads.shutdown()
+
+
+async def test_the_pools_are_bounded_and_never_the_loops_default_executor() -> None:
+    threads = FlowThreads(2)
+    lock = threading.Lock()
+    inside = most = 0
+    release = asyncio.Event()
+    two_inside = asyncio.Event()
+    app_loop = asyncio.get_running_loop()
+
+    async def hold() -> None:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            if inside == 2:
+                app_loop.call_soon_threadsafe(two_inside.set)
+        # Wait on the app's loop, as a model call does.
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(release.wait(), app_loop))
+        with lock:
+            inside -= 1
+
+    try:
+        runs = [asyncio.create_task(threads.run(hold)) for _ in range(6)]
+        await asyncio.wait_for(two_inside.wait(), 10)
+        default_thread = await asyncio.to_thread(lambda: threading.current_thread().name)
+        assert not default_thread.startswith("crewai")  # the default executor is free while flows wait
+        release.set()
+        await asyncio.gather(*runs)
+        assert most == 2
+    finally:
+        threads.shutdown()

@@ -1,0 +1,82 @@
+"""How many SQL statements a run costs (issue 9's target: at most 10 for a full run; it was 20, half of them
+asyncpg's reset-on-release). Counted on the client side by wrapping asyncpg's two ways of sending a statement,
+because the server's statistics are per database and flushed late; the lease keeper's renewals and sweeps
+(one statement each per interval, for all of a process's runs) are left out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+import pytest
+from tests.conftest import User
+from tests.runs.conftest import Harness, execution_done, intent_direct, intent_needs, organized, types, warm_up
+from tests.stubs.deepseek_stub import StubReply, StubToolCall
+
+_KEEPER = ("WITH expired AS", "UPDATE agent_chat_sessions SET lease_expires_at")
+
+
+def _kind(sql: str) -> str:
+    text = " ".join(sql.split())
+    if "INSERT INTO agent_runs" in text:
+        return "start"
+    if "UPDATE agent_runs SET status" in text:
+        return "finish"
+    if "WITH tail AS" in text:
+        return "window"
+    if "INSERT INTO agent_chat_messages" in text:
+        return "append"
+    return text[:80]
+
+
+@contextmanager
+def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    seen: list[str] = []
+    execute, execute_params = asyncpg.Connection.execute, asyncpg.Connection._execute
+
+    async def counting_execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        if not args:  # with arguments it goes through _execute, counted there
+            seen.append(query)
+        return await execute(self, query, *args, **kwargs)
+
+    async def counting_execute_params(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        seen.append(query)
+        return await execute_params(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(asyncpg.Connection, "execute", counting_execute)
+    monkeypatch.setattr(asyncpg.Connection, "_execute", counting_execute_params)
+    statements: list[str] = []
+    try:
+        yield statements
+    finally:
+        monkeypatch.undo()
+        statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
+
+
+async def test_a_full_run_with_a_tool_call_is_five_statements_and_a_direct_one_three(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = make_user()
+    await warm_up(h, user)
+    sid = await h.new_session(user)
+    call = StubToolCall(id="call_1", name="calculator", arguments='{"expression": "6*7"}')
+    h.stub.enqueue(
+        intent_needs("Compute 6*7."),
+        StubReply(tool_calls=[call]),
+        execution_done("42", {"result": "42"}),
+        organized("It is 42."),
+    )
+    with counted_statements(monkeypatch) as full:
+        result = await h.run(user, sid, "what is 6*7?")
+    assert types(result.events)[-1] == "RUN_FINISHED", result.body
+    # start (session, lease, run row, input row, profile); the memory window; the tool call's row; the tool
+    # result's row (written before the next model call); the end (rows, status, run row, totals).
+    assert full == ["start", "window", "append", "append", "finish"]
+
+    h.stub.enqueue(intent_direct("hi"))
+    with counted_statements(monkeypatch) as direct:
+        result = await h.run(user, sid, "hello")
+    assert types(result.events)[-1] == "RUN_FINISHED", result.body
+    assert direct == ["start", "window", "finish"]
