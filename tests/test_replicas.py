@@ -1,7 +1,9 @@
 """Two real `serve` processes on one database, as two replicas behind a load balancer: run exclusivity and
-seq allocation hold across them; a replica killed with SIGKILL mid-run has its run taken over by the other
-(failed, `run_lost`) within RUN_LEASE_SECONDS + RUN_SWEEP_SECONDS; and SIGTERM drains a replica so that the
-official AG-UI client sees RUN_ERROR `run_interrupted` before the connection closes.
+seq allocation hold across them; a stream dropped on one resumes on the other (byte for byte, exactly once,
+accepted by the official client), and a cancel sent to one stops a run on the other; a replica killed with
+SIGKILL mid-run has its run taken over by the other (failed, `run_lost`, also the end of its resumed stream)
+within RUN_LEASE_SECONDS + RUN_SWEEP_SECONDS; and SIGTERM drains a replica so that the official AG-UI
+client sees RUN_ERROR `run_interrupted` before the connection closes.
 
 The tests share the two processes (CrewAI's import costs each ~10 s of CPU) and run in file order: the
 SIGKILL test ends replica A, the SIGTERM test replica B.
@@ -10,9 +12,11 @@ SIGKILL test ends replica A, the SIGTERM test replica B.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -20,23 +24,28 @@ import httpx
 import pytest
 from tests.conformance.test_agui_client import Case, assert_accepted, ensure_client_installed, run_client
 from tests.conftest import User
-from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_request_text
+from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, sse_frames, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
 from tests.support.serve import ServeProcess, poll_until, start_serve
 
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.settings import Settings
 
-LEASE_SECONDS = 3.0
+LEASE_SECONDS = 10.0
 SWEEP_SECONDS = 0.5
 HANG = "[hang]"
 SLOW = "[slow]"
+STREAM = "[stream]"
+ANSWER = "A resumable answer, streamed in small pieces so that a client can drop it halfway and come back. " * 3
+REPLAY_SCRIPT = Path(__file__).resolve().parent / "conformance" / "agui_replay.mjs"
 
 
 def respond(request: RecordedRequest) -> StubReply:
     text = stage_request_text(request)
     if text.startswith(HANG):
         return intent_direct("never sent", delay_seconds=120)
+    if text.startswith(STREAM):
+        return intent_direct(ANSWER, chunk_chars=3, chunk_delay_seconds=0.03)
     return intent_direct(f"echo: {text}", delay_seconds=3 if text.startswith(SLOW) else 0)
 
 
@@ -58,17 +67,17 @@ async def replicas(
             "LLM_API_BASE": stub.base_url,
             "DEEPSEEK_API_KEY": STUB_API_KEY,
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
-            "RUN_HEARTBEAT_SECONDS": "0.5",
+            "RUN_HEARTBEAT_SECONDS": "1",
             "RUN_SWEEP_SECONDS": str(SWEEP_SECONDS),
             "SHUTDOWN_GRACE_SECONDS": "1",
         }
         a, b = await asyncio.gather(
-            start_serve("a", database_url=database_url, workdir=workdir, env=env),
-            start_serve("b", database_url=database_url, workdir=workdir, env=env),
+            start_serve("a", database_url=database_url, workdir=workdir, env=env, warm=True),
+            start_serve("b", database_url=database_url, workdir=workdir, env=env, warm=True),
         )
         try:
-            # CrewAI's import in the background starves the event loop of the GIL for seconds on a busy
-            # machine: long enough to miss a short lease's renewals. The tests start once it is done.
+            # CrewAI's import (in the background, awaited above) starves the event loop for seconds on a busy
+            # machine: long enough to miss a short lease's renewals. One run each, then the tests.
             await asyncio.gather(*(_warm_up(server, User(settings)) for server in (a, b)))
             yield Replicas(a=a, b=b, stub=stub)
         finally:
@@ -92,6 +101,13 @@ async def get(server: ServeProcess, user: User, path: str) -> Any:
         response = await client.get(path, headers=user.headers)
     assert response.status_code == 200, response.text
     return response.json()
+
+
+async def get_text(server: ServeProcess, user: User, path: str) -> str:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+        response = await client.get(path, headers=user.headers)
+    assert response.status_code == 200, response.text
+    return response.text
 
 
 async def new_session(server: ServeProcess, user: User) -> str:
@@ -132,6 +148,107 @@ async def test_a_session_runs_on_one_replica_at_a_time_and_its_seqs_continue_acr
     ]
 
 
+async def frames_of(lines: AsyncIterator[str], count: int | None = None) -> list[str]:
+    """Whole SSE frames from a streamed body: `count` of them, or all."""
+    frames: list[str] = []
+    current: list[str] = []
+    async for line in lines:
+        if line:
+            current.append(line)
+            continue
+        frames.append("\n".join(current))
+        current = []
+        if count is not None and len(frames) == count:
+            break
+    return frames
+
+
+def sse_body(frames: list[str]) -> str:
+    return "".join(f"{frame}\n\n" for frame in frames)
+
+
+async def official_client_accepts(events: list[dict[str, Any]], thread_id: str, run_id: str) -> dict[str, Any]:
+    ensure_client_installed()
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(REPLAY_SCRIPT),
+        cwd=REPLAY_SCRIPT.parent,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    payload = json.dumps({"threadId": thread_id, "runId": run_id, "events": events}).encode()
+    out, err = await asyncio.wait_for(proc.communicate(payload), 60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    summary: dict[str, Any] = json.loads(out)
+    assert summary["clientError"] is None and summary["warnings"] == [], summary
+    assert summary["eventTypes"] == [e["type"] for e in events], summary
+    return summary
+
+
+async def test_a_stream_dropped_on_one_replica_resumes_on_the_other_exactly_once(
+    replicas: Replicas, user: User
+) -> None:
+    sid = await new_session(replicas.a, user)
+    async with httpx.AsyncClient(timeout=60) as http:
+        run_url = f"{replicas.a.base_url}/v1/sessions/{sid}/runs"
+        async with http.stream("POST", run_url, headers=user.headers, json={"message": f"{STREAM} hi"}) as first:
+            run_id = first.headers["x-run-id"]
+            seen = await frames_of(first.aiter_lines(), 6)
+        last_id = seen[-1].split("\n")[0][len("id: ") :]
+        events_path = f"/v1/sessions/{sid}/runs/{run_id}/events"
+        asked = time.monotonic()
+        headers = {**user.headers, "Last-Event-ID": last_id}
+        async with http.stream("GET", f"{replicas.b.base_url}{events_path}", headers=headers) as resumed:
+            assert resumed.status_code == 200, await resumed.aread()
+            lines = resumed.aiter_lines()
+            rest = await frames_of(lines, 1)
+            first_replayed = time.monotonic() - asked
+            rest += await frames_of(lines)
+
+    whole = seen + rest
+    frames = sse_frames(sse_body(whole))
+    assert [seq for _, seq, _ in frames] == list(range(1, len(whole) + 1)), "each event once, in order"
+    assert {rid for rid, _, _ in frames} == {run_id}
+    events = [event for _, _, event in frames]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == ANSWER
+    assert first_replayed < 2.0, first_replayed  # the benchmark measures it under load (docs/benchmarks.md)
+    async with httpx.AsyncClient(base_url=replicas.a.base_url, timeout=30) as http:
+        replay = await http.get(events_path, headers=user.headers)
+    assert replay.text == sse_body(whole)  # the stored log is what both streams sent, byte for byte
+    await official_client_accepts(events, sid, run_id)
+
+
+async def test_a_cancel_sent_to_one_replica_stops_a_run_on_the_other(replicas: Replicas, user: User) -> None:
+    sid = await new_session(replicas.a, user)
+    closed_before = len(replicas.stub.closed_by_client)
+    async with httpx.AsyncClient(timeout=60) as http:
+        run_url = f"{replicas.a.base_url}/v1/sessions/{sid}/runs"
+        async with http.stream("POST", run_url, headers=user.headers, json={"message": f"{STREAM} go"}) as stream:
+            run_id = stream.headers["x-run-id"]
+            lines = stream.aiter_lines()
+            seen = await frames_of(lines, 6)
+            cancel = await http.post(
+                f"{replicas.b.base_url}/v1/sessions/{sid}/runs/{run_id}/cancel", headers=user.headers
+            )
+            asked = time.monotonic()
+            rest = await frames_of(lines)
+            took = time.monotonic() - asked
+    assert (cancel.status_code, cancel.json()) == (202, {"id": run_id, "status": "running"})
+    assert took < 1.0, took
+    async with asyncio.timeout(1):
+        await replicas.stub.wait_for_client_close(closed_before + 1)
+    events = [event for _, _, event in sse_frames(sse_body(seen + rest))]
+    assert events[-1]["type"] == "RUN_FINISHED" and events[-1]["outcome"] == {"type": "cancelled"}, events[-1]
+    runs = await poll_until(
+        lambda: get(replicas.b, user, f"/v1/sessions/{sid}/runs"),
+        lambda page: page["items"][0]["status"] != "running",
+        within=10,
+    )
+    assert runs["items"][0]["status"] == "cancelled"
+
+
 async def test_a_replica_killed_mid_run_has_its_run_taken_over_by_the_other(replicas: Replicas, user: User) -> None:
     sid = await new_session(replicas.a, user)
     seen = len(replicas.stub.requests)
@@ -157,6 +274,16 @@ async def test_a_replica_killed_mid_run_has_its_run_taken_over_by_the_other(repl
     ]
     messages = await get(replicas.b, user, f"/v1/sessions/{sid}/messages")
     assert [(m["seq"], m["role"], m["content"]) for m in messages["items"]] == [(1, "user", f"{HANG} a question")]
+    resumed = await get_text(replicas.b, user, f"/v1/sessions/{sid}/runs/{runs['items'][0]['id']}/events")
+    ending = sse_frames(resumed)[-1]
+    assert ending[1:] == (
+        2_147_483_647,  # after anything the dead replica may have streamed without storing it
+        {
+            "type": "RUN_ERROR",
+            "code": "run_lost",
+            "message": f"the run was lost: its server stopped (error_id {session['error_id']})",
+        },
+    )
     again = await post_run(replicas.b, user, sid, "and now?")
     assert parse_sse(again.text)[-1]["type"] == "RUN_FINISHED", again.text
 

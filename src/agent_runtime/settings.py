@@ -73,6 +73,7 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=30.0, ge=1)
     run_heartbeat_seconds: float = Field(default=10.0, gt=0)
     run_sweep_seconds: float = Field(default=10.0, gt=0)
+    run_events_retention_seconds: float = Field(default=86_400.0, ge=0)
 
     # Prometheus metrics: GET /metrics on the service's port, or on METRICS_PORT only (its own listener).
     metrics_enabled: bool = True

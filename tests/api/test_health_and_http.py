@@ -19,6 +19,7 @@ async def test_ready_checks_database(client: httpx.AsyncClient) -> None:
         "demo_model": True,
         "runs_in_flight": 0,
         "max_concurrent_runs": 64,
+        "warm": response.json()["warm"],  # the warm-up imports run in the background; either is valid here
     }
 
 

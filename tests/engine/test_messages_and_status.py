@@ -11,6 +11,7 @@ from tests.conftest import User
 from agent_runtime.engine.errors import ConflictError, NotFoundError
 from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 
@@ -116,7 +117,10 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
         "running",
         str(run1),
     )
-    end = await store.finish(user.ctx, started, "failed", [], error_code="run_timeout", error_id="err-1")
+    failed_end = RunEndRequest(
+        outcome="failed", run_status="failed", rows=[], error_code="run_timeout", error_id="err-1"
+    )
+    end = await store.finish(user.ctx, started, failed_end)
     assert end.owned
     failed = await engine.sessions.get(user.ctx, session.id)
     assert (failed.status, failed.state_snapshot.status, failed.error_id, failed.state_snapshot.error_id) == (
@@ -129,8 +133,9 @@ async def test_status_machine(engine: RuntimeEngine, user: User) -> None:
     again = await store.start(user.ctx, session.id, run2, _user_turn("again"))
     assert again is not None
     assert (again.session.status, again.session.error_id) == ("running", None)
-    assert not (await store.finish(user.ctx, started, "completed", [])).owned  # stale run id
-    assert (await store.finish(user.ctx, again, "completed", [])).owned
+    completed = RunEndRequest(outcome="completed", run_status="completed", rows=[])
+    assert not (await store.finish(user.ctx, started, completed)).owned  # stale run id
+    assert (await store.finish(user.ctx, again, completed)).owned
     done = await engine.sessions.get(user.ctx, session.id)
     assert (done.status, done.state_snapshot.status) == ("completed", "completed")
     runs = await engine.pool.fetch(

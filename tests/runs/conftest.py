@@ -110,13 +110,25 @@ def default_responder(request: RecordedRequest) -> StubReply:
 
 
 def parse_sse(body: str) -> list[dict[str, Any]]:
-    """`data: <json>\\n\\n` frames into event dicts; anything else in the body fails the test."""
+    """`id: <run_id>:<seq>\\ndata: <json>\\n\\n` frames into event dicts. Anything else in the body fails the
+    test, and so do ids that are not one run's 1, 2, 3, ... in order (a resumed stream: see `sse_frames`)."""
+    frames = sse_frames(body)
+    run_ids = {run_id for run_id, _, _ in frames}
+    assert len(run_ids) <= 1, run_ids
+    assert [seq for _, seq, _ in frames] == list(range(1, len(frames) + 1)), [seq for _, seq, _ in frames]
+    return [event for _, _, event in frames]
+
+
+def sse_frames(body: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(run id, seq, event) of every frame, checking each is exactly an `id:` line and a `data:` line."""
     assert body.endswith("\n\n"), body[-200:]
-    events = []
+    frames = []
     for frame in body[:-2].split("\n\n"):
-        assert frame.startswith("data: ") and "\n" not in frame, frame
-        events.append(json.loads(frame[len("data: ") :]))
-    return events
+        id_line, data_line = frame.split("\n")
+        assert id_line.startswith("id: ") and data_line.startswith("data: "), frame
+        run_id, seq = id_line[len("id: ") :].split(":")
+        frames.append((run_id, int(seq), json.loads(data_line[len("data: ") :])))
+    return frames
 
 
 def row_dict(row: StoredMessage) -> dict[str, Any]:

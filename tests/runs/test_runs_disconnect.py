@@ -70,8 +70,11 @@ async def test_run_completes_and_is_stored_after_the_client_disconnects(
                 assert response.status_code == 200
                 run_id = response.headers["x-run-id"]
                 lines = response.aiter_lines()
-                first = await anext(lines)
-                assert first == f'data: {{"type":"RUN_STARTED","threadId":"{sid}","runId":"{run_id}"}}'
+                first = [await anext(lines), await anext(lines)]
+                assert first == [
+                    f"id: {run_id}:1",
+                    f'data: {{"type":"RUN_STARTED","threadId":"{sid}","runId":"{run_id}"}}',
+                ]
             # The response (and with the client, the connection) is closed with the run still going.
         assert (await h.session(user, sid))["status"] == "running"
 

@@ -12,7 +12,7 @@ from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, intent_direct, run_error_id, types, warm_up
 from tests.support.serve import poll_until
 
-from agent_runtime.engine.runs.store import RunEnd, RunStore
+from agent_runtime.engine.runs.store import RunEnd, RunEndRequest, RunStore
 
 
 def failing_finish(monkeypatch: pytest.MonkeyPatch, failures: int | None) -> list[str]:
@@ -21,11 +21,11 @@ def failing_finish(monkeypatch: pytest.MonkeyPatch, failures: int | None) -> lis
     real = RunStore.finish
     asked: list[str] = []
 
-    async def finish(self: RunStore, ctx: Any, started: Any, outcome: Any, rows: Any, **kwargs: Any) -> RunEnd:
-        asked.append(outcome)
+    async def finish(self: RunStore, ctx: Any, started: Any, end: RunEndRequest) -> RunEnd:
+        asked.append(end.run_status)
         if failures is None or len(asked) <= failures:
             raise asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
-        return await real(self, ctx, started, outcome, rows, **kwargs)
+        return await real(self, ctx, started, end)
 
     monkeypatch.setattr(RunStore, "finish", finish)
     return asked

@@ -26,6 +26,8 @@ def _kind(sql: str) -> str:
         return "finish"
     if "WITH tail AS" in text:
         return "window"
+    if "INSERT INTO agent_run_events" in text:
+        return "events"
     if "INSERT INTO agent_chat_messages" in text:
         return "append"
     return text[:80]
@@ -55,7 +57,7 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
 
 
-async def test_a_full_run_with_a_tool_call_is_five_statements_and_a_direct_one_three(
+async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_four(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()
@@ -70,13 +72,16 @@ async def test_a_full_run_with_a_tool_call_is_five_statements_and_a_direct_one_t
     )
     with counted_statements(monkeypatch) as full:
         result = await h.run(user, sid, "what is 6*7?")
+        await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     # start (session, lease, run row, input row, profile); the memory window; the tool call's row; the tool
-    # result's row (written before the next model call); the end (rows, status, run row, totals).
-    assert full == ["start", "window", "append", "append", "finish"]
+    # result's row (written before the next model call); the end (rows, status, run row, totals); the event
+    # log, written once, with its terminal event (nobody followed the run from another replica).
+    assert full == ["start", "window", "append", "append", "finish", "events"]
 
     h.stub.enqueue(intent_direct("hi"))
     with counted_statements(monkeypatch) as direct:
         result = await h.run(user, sid, "hello")
+        await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
-    assert direct == ["start", "window", "finish"]
+    assert direct == ["start", "window", "finish", "events"]

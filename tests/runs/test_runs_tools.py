@@ -189,6 +189,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
             "stage": "organization",
             "demo": False,
             "message_id": reply_id,
+            "partial": None,
         },
     }
     intent_audit = {"seq": -1, **_audit("intent", run_id, intent.content)}

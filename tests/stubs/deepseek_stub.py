@@ -117,6 +117,8 @@ class DeepSeekStub:
         self.cache_hit_tokens = cache_hit_tokens
         self.responder = responder
         self.requests: list[RecordedRequest] = []
+        # Streamed answers whose client closed the connection before the end (a cancelled run).
+        self.closed_by_client: list[RecordedRequest] = []
         self._queue: deque[StubReply | StubFault] = deque()
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
@@ -126,6 +128,11 @@ class DeepSeekStub:
         """Until `count` requests have arrived (bound it with `asyncio.timeout`)."""
         async with self._received:
             await self._received.wait_for(lambda: len(self.requests) >= count)
+
+    async def wait_for_client_close(self, count: int = 1) -> None:
+        """Until `count` streamed answers were cut off by their client (bound it with `asyncio.timeout`)."""
+        async with self._received:
+            await self._received.wait_for(lambda: len(self.closed_by_client) >= count)
 
     def enqueue(self, *items: StubReply | StubFault) -> None:
         self._queue.extend(items)
@@ -185,7 +192,13 @@ class DeepSeekStub:
             return web.json_response(self._completion(body, item, usage))
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         chunks = self._chunks(body, item, usage if include_usage else None)
-        return await self._stream(request, chunks, pause=item.chunk_delay_seconds, stall=item)
+        try:
+            return await self._stream(request, chunks, pause=item.chunk_delay_seconds, stall=item)
+        except ConnectionResetError:
+            self.closed_by_client.append(recorded)
+            async with self._received:
+                self._received.notify_all()
+            return web.Response()
 
     def _validate(self, body: dict[str, Any], recorded: RecordedRequest) -> web.Response | None:
         if body.get("model") not in KNOWN_MODELS:

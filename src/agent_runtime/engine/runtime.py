@@ -27,6 +27,8 @@ class RuntimeEngine:
     settings: Settings
     pool: asyncpg.Pool
     templates: FlowTemplates
+    # The database's DSN, for the run-event LISTEN connection (None: followers poll; see runs/event_hub.py).
+    dsn: str | None = None
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
@@ -38,7 +40,7 @@ class RuntimeEngine:
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool)
-        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates)
+        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates, dsn=self.dsn)
 
     async def is_ready(self) -> bool:
         try:
@@ -88,4 +90,5 @@ async def open_engine(settings: Settings) -> EngineResources:
         if embedded is not None:
             embedded.stop()
         raise
-    return EngineResources(engine=RuntimeEngine(settings=settings, pool=pool, templates=templates), embedded=embedded)
+    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn)
+    return EngineResources(engine=engine, embedded=embedded)

@@ -43,7 +43,8 @@ HTTP_DURATION = Histogram(
 RUNS_STARTED = Counter("agent_runtime_runs_started", "Agent runs started (accepted and handed to the flow).")
 RUNS_FINISHED = Counter(
     "agent_runtime_runs_finished",
-    "Agent runs finished, by outcome (completed, failed) and error code (empty when completed).",
+    "Agent runs finished, by outcome (completed, cancelled by the client, failed) and error code (empty unless"
+    " failed).",
     ["outcome", "error_code"],
 )
 RUN_DURATION = Histogram(
@@ -132,8 +133,7 @@ def run_started() -> None:
     RUNS_STARTED.inc()
 
 
-def run_finished(seconds: float, *, error_code: str | None = None) -> None:
-    outcome = "completed" if error_code is None else "failed"
+def run_finished(seconds: float, *, outcome: str, error_code: str | None = None) -> None:
     RUNS_FINISHED.labels(outcome, error_code or "").inc()
     RUN_DURATION.labels(outcome).observe(seconds)
 

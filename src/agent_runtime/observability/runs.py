@@ -43,11 +43,11 @@ class RunObservation:
             self.first_token_seen = True
             metrics.run_first_token(time.perf_counter() - self.started)
 
-    def end(self, *, error_code: str | None = None, error_id: str | None = None) -> None:
+    def end(self, outcome: str, *, error_code: str | None = None, error_id: str | None = None) -> None:
         if self.ended:
             return
         self.ended = True
-        metrics.run_finished(time.perf_counter() - self.started, error_code=error_code)
+        metrics.run_finished(time.perf_counter() - self.started, outcome=outcome, error_code=error_code)
         if error_code is not None:
             mark_failed(self.span, error_code, error_id=error_id)
         self.span.end()
@@ -82,13 +82,20 @@ def current_run() -> RunObservation | None:
 def run_completed() -> None:
     observation = _current.get()
     if observation is not None:
-        observation.end()
+        observation.end("completed")
+
+
+def run_cancelled() -> None:
+    """Cancelled by its client (not a failure: the run ends with RUN_FINISHED, outcome cancelled)."""
+    observation = _current.get()
+    if observation is not None:
+        observation.end("cancelled")
 
 
 def run_failed(code: str, error_id: str) -> None:
     observation = _current.get()
     if observation is not None:
-        observation.end(error_code=code, error_id=error_id)
+        observation.end("failed", error_code=code, error_id=error_id)
 
 
 @contextmanager

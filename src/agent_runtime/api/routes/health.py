@@ -22,6 +22,7 @@ class Readiness(BaseModel):
     demo_model: bool
     runs_in_flight: int = Field(description="Runs this process executes now.")
     max_concurrent_runs: int = Field(description="MAX_CONCURRENT_RUNS: at this many, readiness answers 503.")
+    warm: bool = Field(description="CrewAI and LiteLLM are loaded (until then a first run waits for them).")
 
 
 @router.get("/live", response_model=Health)
@@ -44,4 +45,5 @@ async def ready(engine: Engine) -> Readiness | JSONResponse:
         demo_model=engine.settings.is_demo_model,
         runs_in_flight=admission.in_flight,
         max_concurrent_runs=admission.limit,
+        warm=engine.runs.warm,
     )

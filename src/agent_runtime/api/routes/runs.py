@@ -1,46 +1,49 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from ag_ui.core import RunAgentInput
-from ag_ui.encoder import EventEncoder
-from fastapi import APIRouter
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
-from agent_runtime.engine.runs.models import RunInput, RunRequest
-from agent_runtime.engine.runs.service import RunHandle
+from agent_runtime.engine.runs.event_log import LoggedEvent
+from agent_runtime.engine.runs.job import RunHandle
+from agent_runtime.engine.runs.models import RunCancel, RunInput, RunRequest, parse_last_event_id
 from agent_runtime.engine.runs.store import RunSummary
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "AG-UI events as Server-Sent Events (`data: <json>\\n\\n`): RUN_STARTED first, "
-        "RUN_FINISHED or RUN_ERROR last.",
+        "description": "AG-UI events as Server-Sent Events (`id: <run_id>:<seq>\\ndata: <json>\\n\\n`): "
+        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last. Resume with the last `id` at "
+        "`GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
 }
 
 
-def _sse(handle: RunHandle) -> StreamingResponse:
-    encoder = EventEncoder()
-
+def _event_stream(run_id: UUID, events: AsyncIterator[LoggedEvent]) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
-        async for event in handle.events.stream():
-            yield encoder.encode(event)
+        async for event in events:
+            yield event.sse(run_id)
 
     return StreamingResponse(
         body(),
-        media_type=encoder.get_content_type(),
+        media_type="text/event-stream",
         # No proxy buffering or caching: events must reach the browser as they happen.
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": str(handle.run_id)},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": str(run_id)},
     )
+
+
+def _sse(handle: RunHandle) -> StreamingResponse:
+    return _event_stream(handle.run_id, handle.events.stream())
 
 
 @router.post(
@@ -68,6 +71,47 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
 async def list_runs(session_id: UUID, engine: Engine, ctx: Caller, page: Paging) -> Page[RunSummary]:
     """The session's runs, newest first: status, and for a failed run its error code and error_id."""
     return await engine.runs.store.list_for_session(ctx, session_id, limit=page.limit, offset=page.offset)
+
+
+@router.get(
+    "/sessions/{session_id}/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses={**_SSE_DOC, **error_responses(401, 404, 410, 422)},
+)
+async def run_events(
+    session_id: UUID,
+    run_id: UUID,
+    engine: Engine,
+    ctx: Caller,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
+    ] = None,
+    last_event_id_param: Annotated[
+        str | None,
+        Query(alias="last_event_id", max_length=100, description="The same, for clients that cannot set headers."),
+    ] = None,
+) -> StreamingResponse:
+    """Resume (or watch) a run's stream from any replica: with `Last-Event-ID` the events after it, without it
+    from the start; live until the terminal event (a finished run replays and ends; a run whose server died
+    ends with RUN_ERROR `run_lost`). 404 for a run that is not yours, 410 past the event retention."""
+    if last_event_id is not None:
+        after = parse_last_event_id(run_id, last_event_id, where=["header", "Last-Event-ID"])
+    else:
+        after = parse_last_event_id(run_id, last_event_id_param, where=["query", "last_event_id"])
+    return _event_stream(run_id, await engine.runs.follow(ctx, session_id, run_id, after=after))
+
+
+@router.post(
+    "/sessions/{session_id}/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=RunCancel,
+    responses=error_responses(401, 404, 422),
+)
+async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller) -> RunCancel:
+    """Stop the run wherever it runs (idempotent). The model request is closed, what it produced is stored (the
+    answer as far as it streamed, marked `partial`), and the run ends with RUN_FINISHED outcome `cancelled`.
+    Closing the run's stream does not cancel it."""
+    return RunCancel(id=run_id, status=await engine.runs.cancel(ctx, session_id, run_id))
 
 
 @router.post(

@@ -43,8 +43,10 @@ event loop per call, which breaks anything bound to the app's loop (database poo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
@@ -54,7 +56,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crew_llm import DelegatingLLM
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
-from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
+from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageCancelledError, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
@@ -122,6 +124,34 @@ class FlowDeps:
     threads: FlowThreads | None = None
 
 
+class ToolCalls:
+    """A run's tools in flight (futures on the app's loop), so that stopping the run abandons them at their
+    next await instead of letting them finish (CrewAI's thread waiting for one cannot be interrupted)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: set[concurrent.futures.Future[ToolOutcome]] = set()
+        self._closed = False
+
+    def add(self, future: concurrent.futures.Future[ToolOutcome]) -> None:
+        with self._lock:
+            self._futures.add(future)
+            closed = self._closed
+        if closed:
+            future.cancel()
+
+    def discard(self, future: concurrent.futures.Future[ToolOutcome]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            futures = list(self._futures)
+        for future in futures:
+            future.cancel()
+
+
 class RuntimeToolAdapter(BaseTool):
     """One of our async tools as a CrewAI tool, run on the app's event loop."""
 
@@ -129,23 +159,47 @@ class RuntimeToolAdapter(BaseTool):
 
     _toolset: RunToolSet | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+    _calls: ToolCalls | None = PrivateAttr(default=None)
 
     @classmethod
-    def wrap(cls, tool: Tool[Any], toolset: RunToolSet, loop: asyncio.AbstractEventLoop) -> RuntimeToolAdapter:
+    def wrap(
+        cls, tool: Tool[Any], toolset: RunToolSet, loop: asyncio.AbstractEventLoop, calls: ToolCalls
+    ) -> RuntimeToolAdapter:
         adapter = cls(name=tool.name, description=tool.description, args_schema=tool.args_model)
         adapter._toolset = toolset
         adapter._loop = loop
+        adapter._calls = calls
         return adapter
 
     def _run(self, **kwargs: Any) -> str:
         # Called on an executor worker thread; CrewAI has no async tool path there (it would asyncio.run()).
-        future = asyncio.run_coroutine_threadsafe(self._outcome(kwargs), self._require_loop())
-        return future.result().content
+        future = self._submit(kwargs)
+        try:
+            return future.result().content
+        except concurrent.futures.CancelledError as exc:
+            raise StageCancelledError(f"tool {self.name!r}: the run was stopped") from exc
+        finally:
+            self._require_calls().discard(future)
 
     async def _arun(self, **kwargs: Any) -> str:
         # Possibly on the flow's private loop: the tool still runs on the app's.
+        future = self._submit(kwargs)
+        try:
+            return (await asyncio.wrap_future(future)).content
+        finally:
+            self._require_calls().discard(future)
+
+    def _submit(self, kwargs: dict[str, Any]) -> concurrent.futures.Future[ToolOutcome]:
         future = asyncio.run_coroutine_threadsafe(self._outcome(kwargs), self._require_loop())
-        return (await asyncio.wrap_future(future)).content
+        self._require_calls().add(future)
+        return future
+
+    def _require_calls(self) -> ToolCalls:
+        if self._calls is None:
+            raise RuntimeError(
+                "RuntimeToolAdapter was built without its run's tool calls; use RuntimeToolAdapter.wrap()"
+            )
+        return self._calls
 
     async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
         if self._toolset is None:
@@ -172,6 +226,7 @@ class AgentFlow(Flow[AgentFlowState]):
 
     _deps: FlowDeps | None = PrivateAttr(default=None)
     _llms: list[DelegatingLLM] = PrivateAttr(default_factory=list)
+    _tool_calls: ToolCalls = PrivateAttr(default_factory=ToolCalls)
     # The app's event loop: model calls and tools run there, whichever loop drives the flow.
     _app_loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
 
@@ -200,6 +255,7 @@ class AgentFlow(Flow[AgentFlowState]):
         return state
 
     def close(self) -> None:
+        self._tool_calls.cancel_all()
         for llm in self._llms:
             llm.close()
 
@@ -323,7 +379,9 @@ class AgentFlow(Flow[AgentFlowState]):
         deps = self._require_deps()
         loop = self._require_app_loop()
         toolset = deps.tool_registry.build_for_run(names, deps.user_context)
-        return [RuntimeToolAdapter.wrap(deps.tool_registry.get(name), toolset, loop) for name in names]
+        return [
+            RuntimeToolAdapter.wrap(deps.tool_registry.get(name), toolset, loop, self._tool_calls) for name in names
+        ]
 
     def _require_deps(self) -> FlowDeps:
         if self._deps is None:

@@ -57,6 +57,8 @@ class AssistantOutputMetadata(_Meta):
     cached_tokens: int | None = None
     demo: bool = False
     message_id: str | None = Field(default=None, description="AG-UI message id of the streamed answer.")
+    # Present only on the answer of a cancelled run: its text as far as it was streamed.
+    partial: Literal[True] | None = None
 
 
 class AuditMetadata(_Meta):

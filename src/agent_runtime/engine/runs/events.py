@@ -1,13 +1,13 @@
-"""AG-UI events of one run, built with the official `ag-ui-protocol` models, on that run's own queue.
+"""AG-UI events of one run, built with the official `ag-ui-protocol` models, into that run's own event log.
 
-Every run has its own emitter and queue, so events of concurrent runs cannot mix. The emitter keeps
-the stream valid by construction: RUN_STARTED first, content only inside an open message, open
-messages and steps closed before the terminal event, and nothing after RUN_FINISHED or RUN_ERROR.
+Every run has its own emitter and log (`event_log.py`: sequence numbers, followers, durable writes), so
+events of concurrent runs cannot mix. The emitter keeps the stream valid by construction: RUN_STARTED
+first, content only inside an open message, open messages and steps closed before the terminal event, and
+nothing after RUN_FINISHED or RUN_ERROR.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +15,7 @@ from ag_ui.core import (
     BaseEvent,
     CustomEvent,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
     StepFinishedEvent,
@@ -29,12 +30,14 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from agent_runtime.engine.runs.event_log import LoggedEvent, RunEventLog
+
 
 class RunEvents:
-    def __init__(self, *, thread_id: str, run_id: str) -> None:
+    def __init__(self, *, thread_id: str, run_id: str, log: RunEventLog) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
-        self._queue: asyncio.Queue[BaseEvent | None] = asyncio.Queue()
+        self.log = log
         self._open_steps: list[str] = []
         self._open_message: str | None = None
         self._closed = False
@@ -45,7 +48,7 @@ class RunEvents:
 
     def _put(self, event: BaseEvent) -> None:
         if not self._closed:
-            self._queue.put_nowait(event)
+            self.log.append(event)
 
     def run_started(self) -> None:
         self._put(RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id))
@@ -96,9 +99,10 @@ class RunEvents:
             self._put(StepFinishedEvent(step_name=step))
         self._open_steps.clear()
 
-    def run_finished(self, usage: list[TokenUsage]) -> None:
+    def run_finished(self, usage: list[TokenUsage], *, cancelled: bool = False) -> None:
         self._close_open()
-        self._put(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id, usage=usage or None))
+        outcome = RunFinishedCancelledOutcome() if cancelled else None
+        self._put(RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id, usage=usage or None, outcome=outcome))
         self._finish()
 
     def run_error(self, *, code: str, message: str) -> None:
@@ -107,13 +111,8 @@ class RunEvents:
         self._finish()
 
     def _finish(self) -> None:
-        if not self._closed:
-            self._queue.put_nowait(None)
-            self._closed = True
+        self._closed = True
 
-    async def stream(self) -> AsyncIterator[BaseEvent]:
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
-            yield event
+    def stream(self) -> AsyncIterator[LoggedEvent]:
+        """The run's events from the first, as they come, to the terminal one."""
+        return self.log.follow(0)

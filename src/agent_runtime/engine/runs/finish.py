@@ -12,7 +12,7 @@ import asyncpg
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.runs.store import RunEnd, RunStore, StartedRun
+from agent_runtime.engine.runs.store import RunEnd, RunEndRequest, RunStore, StartedRun
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ class RunFailure:
         return cls("internal_error", "the run failed unexpectedly")
 
 
+# The user's cancel (POST .../cancel): not a failure; the run ends with RUN_FINISHED outcome `cancelled`.
+CANCELLED = RunFailure("run_cancelled", "the run was cancelled by its user")
+
+
 class RunEnding:
     """Records a run's end (`RunStore.finish`): retried with backoff on transient database errors for up to
     `deadline_seconds` (the lease: past it, the sweep records the run as lost anyway), and never torn by a
@@ -69,9 +73,13 @@ class RunEnding:
         *,
         error_code: str | None = None,
         error_id: str | None = None,
+        run_status: Literal["completed", "failed", "cancelled"] | None = None,
     ) -> RunEnd | None:
         """The end as written, or None when it could not be (logged; the lease is the backstop)."""
-        writing = asyncio.ensure_future(self._write(ctx, started, outcome, rows, error_code, error_id))
+        request = RunEndRequest(
+            outcome=outcome, rows=rows, error_code=error_code, error_id=error_id, run_status=run_status or outcome
+        )
+        writing = asyncio.ensure_future(self._write(ctx, started, request))
         cancelled = False
         while True:
             try:
@@ -88,22 +96,14 @@ class RunEnding:
             task.uncancel()
         return end
 
-    async def _write(
-        self,
-        ctx: RequestContext,
-        started: StartedRun,
-        outcome: Literal["completed", "failed"],
-        rows: list[NewMessage],
-        error_code: str | None,
-        error_id: str | None,
-    ) -> RunEnd | None:
+    async def _write(self, ctx: RequestContext, started: StartedRun, end: RunEndRequest) -> RunEnd | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._deadline
         delay = _FIRST_RETRY_SECONDS
-        context = {"run_id": str(started.run_id), "session_id": str(started.session.id), "outcome": outcome}
+        context = {"run_id": str(started.run_id), "session_id": str(started.session.id), "outcome": end.run_status}
         while True:
             try:
-                return await self._store.finish(ctx, started, outcome, rows, error_code=error_code, error_id=error_id)
+                return await self._store.finish(ctx, started, end)
             except _TRANSIENT_DB_ERRORS:
                 if loop.time() + delay > deadline:
                     log.error("could not record the run's end; the sweep will fail it", exc_info=True, extra=context)

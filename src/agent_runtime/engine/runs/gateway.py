@@ -81,6 +81,10 @@ class _AnswerMessage:
         """The events closed the open text message (e.g. before a tool call)."""
         self._ended = True
 
+    @property
+    def streamed(self) -> str:
+        return self._streamed
+
 
 class RunGateway:
     def __init__(
@@ -95,6 +99,11 @@ class RunGateway:
         self._run = current_run()
         self._stage: str | None = None
         self.responses: list[LLMResponse] = []
+
+    @property
+    def streamed_answer(self) -> str:
+        """The answer's text as streamed so far (what the client saw under `answer_message_id`)."""
+        return self._answer.streamed
 
     @property
     def answer_message_id(self) -> str:

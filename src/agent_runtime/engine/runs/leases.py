@@ -1,4 +1,5 @@
-"""The process's lease keeper: one task renews the leases of this process's runs and sweeps expired ones.
+"""The process's lease keeper: one task renews the leases of this process's runs and sweeps expired ones
+(and, in the same round, ends the event logs a dead process left open and deletes events past retention).
 
 A running session carries `lease_owner` and `lease_expires_at` (migrations/0003). This process renews all
 of its runs' leases in one statement every RUN_HEARTBEAT_SECONDS; every RUN_SWEEP_SECONDS it fails, in one
@@ -22,6 +23,9 @@ from agent_runtime.engine.runs.store import HeldRun, RunStore
 
 log = logging.getLogger(__name__)
 
+# A finished run's process writes its log's terminal event within milliseconds; past this, it died first.
+_LOG_REPAIR_GRACE_SECONDS = 10.0
+
 
 class LeaseKeeper:
     def __init__(
@@ -30,14 +34,18 @@ class LeaseKeeper:
         *,
         heartbeat_seconds: float,
         sweep_seconds: float,
+        events_retention_seconds: float,
         held: Callable[[], list[HeldRun]],
         on_lost: Callable[[set[UUID]], None],
+        on_cancel: Callable[[set[UUID]], None],
     ) -> None:
         self._store = store
         self._heartbeat = heartbeat_seconds
         self._sweep_every = sweep_seconds
+        self._retention = events_retention_seconds
         self._held = held
         self._on_lost = on_lost
+        self._on_cancel = on_cancel
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -78,8 +86,10 @@ class LeaseKeeper:
         held = self._held()
         if not held:
             return
-        kept = await self._store.renew(held)
-        lost = {run.run_id for run in held} - kept
+        renewed = await self._store.renew(held)
+        if renewed.cancel_requested:
+            self._on_cancel(renewed.cancel_requested)
+        lost = {run.run_id for run in held} - renewed.kept
         if lost:
             log.error("runs lost their lease", extra={"run_ids": sorted(str(r) for r in lost)})
             self._on_lost(lost)
@@ -98,3 +108,7 @@ class LeaseKeeper:
             )
         if lost:
             self._on_lost({run.run_id for run in lost})
+        repaired = await self._store.repair_logs(grace_seconds=_LOG_REPAIR_GRACE_SECONDS)
+        if repaired:
+            log.warning("ended the event logs of finished runs whose process died", extra={"runs": repaired})
+        await self._store.expire_events(retention_seconds=self._retention)

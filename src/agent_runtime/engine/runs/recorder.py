@@ -155,6 +155,21 @@ class RunRecorder:
         self._outputs.clear()
         return [*rows, reply]
 
+    def cancelled_rows(self, *, answer_text: str, message_id: str, demo: bool) -> list[NewMessage]:
+        """What a cancelled run keeps: tool results, every finished model call (billed) as an audit row, and
+        the answer as far as it was streamed, marked partial. The call in flight when the cancel came reported
+        no usage (a stream reports it at its end): it is not billed."""
+        rows = self.failed_rows("cancelled by the user")
+        if answer_text:
+            reply = NewMessage(
+                role="assistant",
+                content=answer_text,
+                message_id=message_id,
+                metadata=AssistantOutputMetadata(run_id=self.run_id, demo=demo, message_id=message_id, partial=True),
+            )
+            rows.append(reply)
+        return rows
+
     def failed_rows(self, error: str) -> list[NewMessage]:
         """What a failed run keeps: tool results not written yet, and every model output (and its cost) as
         audit rows."""

@@ -28,6 +28,7 @@ from agent_runtime.engine.messages.store import INSERT_ROWS_SQL, MessageBatch, i
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.service import default_profile, row_to_profile
+from agent_runtime.engine.runs.event_store import EVENTS_CHANNEL, LOST_RUN_SEQ
 from agent_runtime.engine.sessions.models import Session
 from agent_runtime.engine.sessions.service import SESSION_COLUMNS, row_to_session, session_not_found
 from agent_runtime.engine.usage.models import UsageTotals
@@ -70,7 +71,7 @@ WITH c AS (
      WHERE id = $1 AND user_id = $2 AND run_id = $3::uuid AND status = 'running'
     RETURNING next_seq - $7 AS first_seq, next_audit_seq + $8 AS first_audit_seq, billing_currency
 ), run AS (
-    UPDATE agent_runs SET status = $4::text, error_code = $6::text, error_id = $5::text, finished_at = now()
+    UPDATE agent_runs SET status = $19::text, error_code = $6::text, error_id = $5::text, finished_at = now()
      WHERE id = $3::uuid AND user_id = $2 AND status = 'running' AND EXISTS (SELECT 1 FROM c)
 ), ins AS (
     {INSERT_ROWS_SQL}
@@ -88,15 +89,17 @@ SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost
 """
 
 _RENEW_SQL = """
-UPDATE agent_chat_sessions SET lease_expires_at = now() + make_interval(secs => $2)
+UPDATE agent_chat_sessions s SET lease_expires_at = now() + make_interval(secs => $2)
  WHERE (id, user_id, run_id) IN (SELECT * FROM unnest($3::uuid[], $4::uuid[], $5::uuid[]))
    AND status = 'running' AND lease_owner = $1 AND lease_expires_at > now()
-RETURNING run_id
+RETURNING run_id,
+          EXISTS (SELECT 1 FROM agent_runs r
+                   WHERE r.id = s.run_id AND r.user_id = s.user_id AND r.cancel_requested_at IS NOT NULL) AS cancel
 """
 
 # Not scoped by user: the sweep is the system recovering every user's runs whose process died, and it
 # returns nothing to any caller. SKIP LOCKED lets several replicas sweep at once without waiting on each other.
-_SWEEP_SQL = """
+_SWEEP_SQL = f"""
 WITH expired AS (
     SELECT id, replace(gen_random_uuid()::text, '-', '') AS error_id FROM agent_chat_sessions
      WHERE status = 'running' AND lease_expires_at < now()
@@ -110,10 +113,58 @@ WITH expired AS (
       FROM expired e WHERE s.id = e.id
     RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id
 ), runs AS (
-    UPDATE agent_runs r SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now()
+    UPDATE agent_runs r
+       SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true
       FROM lost l WHERE r.id = l.run_id AND r.user_id = l.user_id AND r.status = 'running'
+    RETURNING r.id, r.user_id, r.error_id
+), lost_events AS (
+    -- The stream's end, for whoever resumes it (the process that would have written one is gone).
+    INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
+    SELECT id, {LOST_RUN_SEQ}, user_id, json_build_object(
+               'type', 'RUN_ERROR', 'code', 'run_lost',
+               'message', 'the run was lost: its server stopped (error_id ' || error_id || ')')::text, true
+      FROM runs
+    ON CONFLICT (run_id, seq) DO NOTHING
 )
-SELECT session_id, user_id, run_id, error_id FROM lost
+SELECT l.session_id, l.user_id, l.run_id, l.error_id, pg_notify('{EVENTS_CHANNEL}', l.run_id::text) IS NULL AS woke
+  FROM lost l
+"""
+
+# A run that finished but whose process died before its terminal event was stored (a moment's window):
+# its log gets an ending too, so that a resumed stream never waits forever. Grace: the owner writes it
+# within milliseconds when alive.
+_REPAIR_SQL = f"""
+WITH incomplete AS (
+    SELECT id, user_id, session_id, status, error_code, error_id FROM agent_runs
+     WHERE NOT log_complete AND status <> 'running' AND finished_at < now() - make_interval(secs => $2)
+     ORDER BY finished_at LIMIT $1
+       FOR UPDATE SKIP LOCKED
+), closed AS (
+    UPDATE agent_runs r SET log_complete = true FROM incomplete i WHERE r.id = i.id RETURNING r.id
+), ins AS (
+    INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
+    SELECT i.id, {LOST_RUN_SEQ}, i.user_id, CASE
+               WHEN i.status = 'failed' THEN json_build_object(
+                   'type', 'RUN_ERROR', 'code', i.error_code,
+                   'message', 'the run failed (error_id ' || i.error_id || ')')
+               ELSE json_build_object('type', 'RUN_FINISHED', 'threadId', i.session_id, 'runId', i.id)
+           END::text, true
+      FROM incomplete i
+    ON CONFLICT (run_id, seq) DO NOTHING
+)
+SELECT id, pg_notify('{EVENTS_CHANNEL}', id::text) IS NULL AS woke FROM closed
+"""
+
+# Retention: the events of runs that finished long enough ago; the run rows (history, error ids) stay.
+_EXPIRE_SQL = """
+WITH old AS (
+    UPDATE agent_runs SET events_expired = true
+     WHERE id IN (SELECT id FROM agent_runs
+                   WHERE NOT events_expired AND finished_at < now() - make_interval(secs => $1)
+                   ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+    RETURNING id, user_id
+)
+DELETE FROM agent_run_events e USING old WHERE e.run_id = old.id AND e.user_id = old.user_id
 """
 _SWEEP_BATCH = 500
 
@@ -128,7 +179,7 @@ SELECT r.id, r.status, r.error_code, r.error_id, r.created_at, r.finished_at, co
 
 class RunSummary(BaseModel):
     id: UUID
-    status: Literal["running", "completed", "failed"]
+    status: Literal["running", "completed", "failed", "cancelled"]
     error_code: str | None = Field(description="Why a failed run failed (e.g. run_timeout, run_lost, llm_timeout).")
     error_id: str | None = Field(description="Also on the session, in the RUN_ERROR event and in the logs.")
     created_at: datetime
@@ -148,6 +199,23 @@ class RunEnd(BaseModel):
 
     owned: bool
     totals: UsageTotals
+
+
+class RunEndRequest(BaseModel):
+    """How a run ended: the session's status (`outcome`), the run row's (`run_status`: a cancelled run
+    leaves its session `completed`), and the rows it still has to store."""
+
+    outcome: Literal["completed", "failed"]
+    run_status: Literal["completed", "failed", "cancelled"]
+    rows: list[NewMessage]
+    error_code: str | None = None
+    error_id: str | None = None
+
+
+class RenewedLeases(BaseModel):
+    kept: set[UUID]
+    # Runs still held whose cancel was asked for (a NOTIFY that did not reach this process).
+    cancel_requested: set[UUID]
 
 
 class HeldRun(BaseModel):
@@ -218,38 +286,30 @@ class RunStore:
         if found is None:
             raise session_not_found(session_id)
 
-    async def finish(
-        self,
-        ctx: RequestContext,
-        started: StartedRun,
-        outcome: Literal["completed", "failed"],
-        rows: list[NewMessage],
-        *,
-        error_code: str | None = None,
-        error_id: str | None = None,
-    ) -> RunEnd:
+    async def finish(self, ctx: RequestContext, started: StartedRun, end: RunEndRequest) -> RunEnd:
         """Store the run's remaining rows and record its end, in one statement; the run's totals come back."""
         session_id, run_id = started.session.id, started.run_id
-        batch = MessageBatch(rows)
+        batch = MessageBatch(end.rows)
         row = await self._pool.fetchrow(
             _FINISH_SQL,
             session_id,
             ctx.user_id,
             run_id,
-            outcome,
-            error_id,
-            error_code,
+            end.outcome,
+            end.error_id,
+            end.error_code,
             batch.visible,
             batch.audit,
             started.first_seq,
             *batch.arrays(),
+            end.run_status,
         )
         assert row is not None
         if row["owned"]:
             return RunEnd(owned=True, totals=totals_of(row))
         # The sweep failed the run meanwhile: what it spent is still stored (and billed), its status is not.
-        log.warning("run finished after losing its lease", extra={"run_id": str(run_id), "outcome": outcome})
-        await insert_messages(self._pool, ctx, session_id, rows)
+        log.warning("run finished after losing its lease", extra={"run_id": str(run_id), "outcome": end.run_status})
+        await insert_messages(self._pool, ctx, session_id, end.rows)
         return RunEnd(owned=False, totals=await run_totals(self._pool, ctx, session_id, str(run_id)))
 
     async def list_for_session(
@@ -268,10 +328,10 @@ class RunStore:
         items = [RunSummary.model_validate(dict(row)) for row in rows]
         return Page[RunSummary](items=items, total=total, limit=limit, offset=offset)
 
-    async def renew(self, runs: list[HeldRun]) -> set[UUID]:
-        """Extend the leases of this process's runs; returns the run ids that still hold theirs."""
+    async def renew(self, runs: list[HeldRun]) -> RenewedLeases:
+        """Extend the leases of this process's runs; says which still hold theirs, and which to cancel."""
         if not runs:
-            return set()
+            return RenewedLeases(kept=set(), cancel_requested=set())
         rows = await self._pool.fetch(
             _RENEW_SQL,
             self.owner,
@@ -280,12 +340,26 @@ class RunStore:
             [r.user_id for r in runs],
             [r.run_id for r in runs],
         )
-        return {row["run_id"] for row in rows}
+        return RenewedLeases(
+            kept={row["run_id"] for row in rows}, cancel_requested={row["run_id"] for row in rows if row["cancel"]}
+        )
 
     async def sweep(self) -> list[LostRun]:
-        """Fail every run whose lease expired (its process died or stopped renewing): `run_lost`."""
+        """Fail every run whose lease expired (its process died or stopped renewing): `run_lost`, also as the
+        last event of its log."""
         rows = await self._pool.fetch(_SWEEP_SQL, _SWEEP_BATCH)
-        return [LostRun(**dict(row)) for row in rows]
+        return [
+            LostRun(session_id=r["session_id"], user_id=r["user_id"], run_id=r["run_id"], error_id=r["error_id"])
+            for r in rows
+        ]
+
+    async def repair_logs(self, *, grace_seconds: float) -> int:
+        """End the logs of finished runs whose terminal event was never stored; returns how many."""
+        return len(await self._pool.fetch(_REPAIR_SQL, _SWEEP_BATCH, grace_seconds))
+
+    async def expire_events(self, *, retention_seconds: float) -> None:
+        """Delete the events of runs that finished more than `retention_seconds` ago (a batch per call)."""
+        await self._pool.execute(_EXPIRE_SQL, retention_seconds, _SWEEP_BATCH)
 
 
 __all__ = [
@@ -293,6 +367,7 @@ __all__ = [
     "HeldRun",
     "LostRun",
     "RunEnd",
+    "RunEndRequest",
     "RunIdTakenError",
     "RunStore",
     "RunSummary",
