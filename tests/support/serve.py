@@ -87,8 +87,8 @@ async def start_serve(
         DATA_DIR=str(workdir / f"data-{name}"),
         ENVIRONMENT="test",
         LITELLM_LOCAL_MODEL_COST_MAP="True",
-        **(env or {}),
     )
+    full_env.update(env or {})
     log_path = workdir / f"server-{name}.log"
     with log_path.open("wb") as log:
         # cwd outside the checkout: no developer `.env` can change what the test chose.
