@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agent_runtime.resources import default_config_dir, default_migrations_dir
@@ -21,6 +22,16 @@ def _default_data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("agent-runtime"))
+
+
+class UserQuotas(BaseModel):
+    """Per-user limits, named as the database reads them (`agent_runtime.<name>` session settings)."""
+
+    max_runs_per_user: int | None = None
+    max_runs_per_minute: int | None = None
+    max_sessions_per_user: int | None = None
+    daily_budget_cny: Decimal | None = None
+    monthly_budget_cny: Decimal | None = None
 
 
 class Settings(BaseSettings):
@@ -60,6 +71,10 @@ class Settings(BaseSettings):
 
     memory_max_messages: int = Field(default=20, ge=1)
     memory_max_tokens: int = Field(default=8000, ge=1)
+    memory_low_messages: int = Field(default=10, ge=1)
+    memory_low_tokens: int = Field(default=4000, ge=1)
+    memory_summary: bool | None = None
+    memory_summary_max_tokens: int = Field(default=400, ge=100)
 
     crewai_config_dir: Path
     run_timeout_seconds: float = Field(default=300.0, gt=0)
@@ -74,6 +89,12 @@ class Settings(BaseSettings):
     run_heartbeat_seconds: float = Field(default=10.0, gt=0)
     run_sweep_seconds: float = Field(default=10.0, gt=0)
     run_events_retention_seconds: float = Field(default=86_400.0, ge=0)
+
+    # Per-user quotas and CNY budgets, enforced by the database (migrations/0007); 0 = no limit.
+    max_runs_per_user_per_minute: int = Field(default=20, ge=0)
+    max_sessions_per_user: int = Field(default=1000, ge=0)
+    user_daily_budget_cny: Decimal = Field(default=Decimal("5"), ge=0, max_digits=20, decimal_places=10)
+    user_monthly_budget_cny: Decimal = Field(default=Decimal("50"), ge=0, max_digits=20, decimal_places=10)
 
     # Prometheus metrics: GET /metrics on the service's port, or on METRICS_PORT only (its own listener).
     metrics_enabled: bool = True
@@ -92,6 +113,7 @@ class Settings(BaseSettings):
         "otel_exporter_otlp_endpoint",
         "otel_traces_exporter",
         "metrics_port",
+        "memory_summary",
         mode="before",
     )
     @classmethod
@@ -120,10 +142,21 @@ class Settings(BaseSettings):
             raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
+        if self.memory_low_messages > self.memory_max_messages or self.memory_low_tokens > self.memory_max_tokens:
+            raise ValueError(
+                "MEMORY_LOW_MESSAGES/MEMORY_LOW_TOKENS must not exceed MEMORY_MAX_MESSAGES/MEMORY_MAX_TOKENS"
+            )
+        if self.memory_summary_enabled and self.memory_summary_max_tokens >= self.memory_max_tokens:
+            raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
         if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
             # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
             raise ValueError("RUN_HEARTBEAT_SECONDS must be at most half of RUN_LEASE_SECONDS")
         return self
+
+    @property
+    def memory_summary_enabled(self) -> bool:
+        """MEMORY_SUMMARY, or when unset: on with a real model, off with the demo model."""
+        return self.memory_summary if self.memory_summary is not None else not self.is_demo_model
 
     @property
     def effective_llm_model(self) -> str:
@@ -137,6 +170,17 @@ class Settings(BaseSettings):
     @property
     def has_provider_key(self) -> bool:
         return self.deepseek_api_key is not None or self.openai_api_key is not None
+
+    @property
+    def user_quotas(self) -> UserQuotas:
+        """The per-user limits the database enforces; 0 in a setting means no limit (None)."""
+        return UserQuotas(
+            max_runs_per_user=self.max_concurrent_runs_per_user,
+            max_runs_per_minute=self.max_runs_per_user_per_minute or None,
+            max_sessions_per_user=self.max_sessions_per_user or None,
+            daily_budget_cny=self.user_daily_budget_cny or None,
+            monthly_budget_cny=self.user_monthly_budget_cny or None,
+        )
 
     @property
     def is_demo_model(self) -> bool:
@@ -167,4 +211,4 @@ def get_settings() -> Settings:
     return load_settings()
 
 
-__all__ = ["DEMO_MODEL", "DEV_JWT_SECRET", "Settings", "find_env_file", "get_settings", "load_settings"]
+__all__ = ["DEMO_MODEL", "DEV_JWT_SECRET", "Settings", "UserQuotas", "find_env_file", "get_settings", "load_settings"]

@@ -74,3 +74,24 @@ def test_detect_stage_prefers_schema_titles_then_the_latest_mention() -> None:
     prose = "Here is the ExecutionResult; now write the OrganizationResult."
     assert detect_stage([WireMessage(role="user", content=prose)]) == "OrganizationResult"
     assert detect_stage([WireMessage(role="user", content="hello")]) is None
+
+
+def test_demo_model_summarises_the_conversation_deterministically() -> None:
+    """The memory's summary task (schema title ConversationSummary) gets a fixed answer built from what the user
+    said before the task, so the summary works offline and the same conversation always gives the same text."""
+    from agent_runtime.engine.flow.templates import load_flow_templates
+    from agent_runtime.engine.llm.demo_stages import demo_answer
+    from agent_runtime.resources import default_config_dir
+
+    task = load_flow_templates(default_config_dir() / "crewai").render_summary_task(150)
+    messages = [
+        WireMessage(role="system", content="policy"),
+        WireMessage(role="user", content="我叫阿芽"),
+        WireMessage(role="assistant", content="你好，阿芽！"),
+        WireMessage(role="user", content="What is 6*7?"),
+        WireMessage(role="assistant", content="42."),
+        WireMessage(role="user", content=task),
+    ]
+    answer = demo_answer(messages, [], json_mode=True)
+    assert answer.content == ('{"summary": "[demo model] Earlier the user said: \\"我叫阿芽\\"; \\"What is 6*7?\\"."}')
+    assert demo_answer(messages, [], json_mode=True) == answer

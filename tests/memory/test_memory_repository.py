@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 from tests.memory.factories import calls, ids, reply, result, sys_, user
@@ -18,8 +19,15 @@ from agent_runtime.engine.memory import (
 from agent_runtime.engine.pagination import Page
 
 
+def _yield() -> Awaitable[None]:
+    return asyncio.sleep(0)
+
+
 async def test_fifty_concurrent_appends_lose_nothing() -> None:
-    repository = InMemoryChatMemoryRepository()
+    """Every append hands over control between reading and writing back, so without the repository's lock
+    the writers interleave there and lose each other's messages. Checked by hand: with the lock removed from
+    `append` (issue 15's planted bug) this test kept 1 of 50 messages and the next one 10 of 50."""
+    repository = InMemoryChatMemoryRepository(pause_in_append=_yield)
     messages: list[ChatMessage] = [user(f"u{i}", f"message {i}") for i in range(50)]
     await asyncio.gather(*(repository.append("c1", [m]) for m in messages))
     stored = (await repository.find_by_conversation_id("c1", max_messages=100)).messages
@@ -27,7 +35,7 @@ async def test_fifty_concurrent_appends_lose_nothing() -> None:
 
 
 async def test_concurrent_writers_keep_their_own_order() -> None:
-    repository = InMemoryChatMemoryRepository()
+    repository = InMemoryChatMemoryRepository(pause_in_append=_yield)
 
     async def writer(name: str) -> None:
         for i in range(10):
@@ -52,7 +60,7 @@ async def test_returned_messages_are_copies() -> None:
     call.tool_calls.clear()
     first.messages.clear()
     again = await repository.find_by_conversation_id("c1", max_messages=10)
-    assert again == WindowRead(system=None, messages=originals)
+    assert again == WindowRead(system=None, messages=originals, start_id="u1")
 
 
 async def test_appended_messages_are_copied_in() -> None:
@@ -112,9 +120,11 @@ async def test_window_read_is_the_bounded_tail_with_newest_system() -> None:
         user("u3"),
     ]
     await repository.append("c1", conversation)
-    read = await repository.find_by_conversation_id("c1", max_messages=3)
+    read = await repository.find_by_conversation_id("c1", max_messages=2)
     assert read.system == conversation[3]
+    # One more than asked, and `complete` False: the conversation goes on before them.
     assert ids(read.messages) == ["u2", "a2", "u3"]
+    assert (read.start_id, read.complete) == ("u1", False)
 
 
 async def test_window_read_adds_the_newest_user_message_when_the_tail_has_none() -> None:
@@ -128,7 +138,7 @@ async def test_window_read_adds_the_newest_user_message_when_the_tail_has_none()
         calls("c2", "k2"),
     ]
     await repository.append("c1", [*long_turn, result("r2", "k2"), reply("a2")])
-    read = await repository.find_by_conversation_id("c1", max_messages=3)
+    read = await repository.find_by_conversation_id("c1", max_messages=2)
     assert read.system is None
     assert ids(read.messages) == ["u2", "c2", "r2", "a2"]
 

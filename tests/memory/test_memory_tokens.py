@@ -1,26 +1,66 @@
 from __future__ import annotations
 
+import logging
+
+import pytest
 from tests.memory.factories import calls, ids, reply, result, sys_, user
 
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, litellm_token_counter, to_wire
+from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenizerInfo, tokenizer_info
 
 MODEL = "deepseek/deepseek-chat"
+CONVERSATION: list[ChatMessage] = [
+    sys_("s1"),
+    user("u1", "北京今天天气怎么样?"),
+    reply("a1", "It is sunny and 25 degrees in Beijing today."),
+    calls("c1", "k1"),
+    result("r1", "k1", "晴, 25°C"),
+]
 
 
-def test_litellm_counter_works_offline_and_bounds_the_whole_count() -> None:
-    conversation: list[ChatMessage] = [
-        sys_("s1"),
-        user("u1", "北京今天天气怎么样?"),
-        calls("c1", "k1"),
-        result("r1", "k1", "晴, 25°C"),
+def _content_tokens(message: ChatMessage) -> int:
+    """Tokens of the message's text and tool calls alone, with DeepSeek's own tokenizer."""
+    from litellm.utils import select_tokenizer
+
+    wire = to_wire(message)
+    calls_text = "".join(c["function"]["name"] + c["function"]["arguments"] for c in wire.get("tool_calls") or [])  # type: ignore[index,union-attr]
+    text = str(wire.get("content") or "") + calls_text
+    return len(select_tokenizer(model=MODEL)["tokenizer"].encode(text).ids)
+
+
+def test_deepseek_is_counted_with_its_own_tokenizer_offline() -> None:
+    assert tokenizer_info(MODEL) == TokenizerInfo(
+        model=MODEL, tokenizer="deepseek (HuggingFace, bundled with LiteLLM)", exact=True
+    )
+    assert litellm_token_counter(MODEL).info.exact
+
+
+def test_a_model_without_its_own_tokenizer_falls_back_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="agent_runtime.engine.memory.tokens"):
+        counter = LiteLLMTokenCounter("demo/agent")
+    assert counter.info == TokenizerInfo(model="demo/agent", tokenizer="tiktoken", exact=False)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            "LiteLLM has no tokenizer of demo/agent's own: the chat memory counts its tokens with tiktoken, "
+            "an approximation",
+        )
     ]
+    assert tokenizer_info("openai/gpt-4o-mini").exact, "tiktoken is OpenAI's own"
+
+
+def test_per_message_counts_add_up_to_the_whole_window_and_overcount_only_the_framing() -> None:
     counter = litellm_token_counter(MODEL)
-    per_message = [counter(m) for m in conversation]
-    whole = load_litellm().token_counter(model=MODEL, messages=[to_wire(m) for m in conversation])
-    assert all(count > 0 for count in per_message)
-    assert whole <= sum(per_message)
-    assert counter(calls("c2", "k1")) == per_message[2], "same wire form, same count (cached by content)"
+    per_message = [counter(m) for m in CONVERSATION]
+    whole = load_litellm().token_counter(model=MODEL, messages=[to_wire(m) for m in CONVERSATION])
+    # The reply priming (3 tokens) is counted once for a list, and taken off each single message.
+    assert sum(per_message) + 3 == whole
+    framing = [count - _content_tokens(m) for count, m in zip(per_message, CONVERSATION, strict=True)]
+    # Measured: 4-5 per text message, 4 per tool call, 8 per tool result (its call id included). DeepSeek's
+    # template spends one token per message, so the overcount is at most 7 a message, and never negative.
+    assert framing == [4, 4, 5, 4, 8]
+    assert counter(calls("c2", "k1")) == per_message[3], "same wire form, same count (cached by content)"
     assert litellm_token_counter(MODEL) is counter
 
 

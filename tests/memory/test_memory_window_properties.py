@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import itertools
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import User
 from tests.memory.factories import char_tokens, ids
 
 from agent_runtime.engine.memory import (
@@ -18,13 +19,16 @@ from agent_runtime.engine.memory import (
     WindowPolicy,
     apply_window,
 )
+from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.engine.sessions.models import SessionCreate
 
 TEXT = st.text(alphabet="ab xyz", max_size=40)
 UNLIMITED = WindowPolicy(max_messages=10**6, token_counter=char_tokens)
 
 
 @st.composite
-def conversations(draw: st.DrawFn, *, orphans: bool = True) -> list[ChatMessage]:
+def conversations(draw: st.DrawFn, *, orphans: bool = True, turns: int = 6) -> list[ChatMessage]:
     """Turns of replies and tool groups (some still pending), with system messages and orphans mixed in."""
     counter = itertools.count()
 
@@ -38,7 +42,7 @@ def conversations(draw: st.DrawFn, *, orphans: bool = True) -> list[ChatMessage]
     if draw(st.booleans()):
         before_any_user: list[ChatMessage] = [AssistantMessage(id=new_id("a"), content="hello"), orphan()]
         messages.append(draw(st.sampled_from(before_any_user)))
-    for _ in range(draw(st.integers(0, 6))):
+    for _ in range(draw(st.integers(0, turns))):
         if draw(st.integers(0, 3)) == 0:
             content = draw(st.sampled_from(["rules", "other rules"]))
             messages.append(SystemMessage(id=new_id("s"), content=content))
@@ -137,3 +141,17 @@ async def test_memory_window_from_bounded_read_equals_window_over_whole_conversa
     await repository.append("c1", conversation)
     memory = MessageWindowChatMemory(repository, policy)
     assert ids(await memory.get("c1")) == ids(apply_window(conversation, policy).messages)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(conversations(orphans=False), policies)
+async def test_postgres_window_from_bounded_read_equals_window_over_whole_conversation(
+    engine: RuntimeEngine, user: User, conversation: list[ChatMessage], policy: WindowPolicy
+) -> None:
+    """The production query (PostgresChatMemoryRepository) answers what the in-memory repository does: the
+    newest system message first (a query picking the oldest fails here), whole turns, tool groups intact."""
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    repository = PostgresChatMemoryRepository(engine.pool, user.ctx)
+    await repository.append(str(session.id), conversation)
+    memory = MessageWindowChatMemory(repository, policy)
+    assert ids(await memory.get(str(session.id))) == ids(apply_window(conversation, policy).messages)

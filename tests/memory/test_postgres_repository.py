@@ -71,6 +71,10 @@ async def test_chat_memory_on_postgres_windows_and_clears(engine: RuntimeEngine,
     assert [m.content for m in window] == ["q3", "a3", "q4", "a4"]
     await memory.clear(cid)
     assert await memory.get(cid) == []
+    marks = "SELECT count(*) FROM agent_memory_windows WHERE session_id = $1::uuid"
+    assert await engine.pool.fetchval(marks, cid) == 0, "the cut marks (and their summaries) go with the messages"
+    await memory.add(cid, [UserMessage(content="again"), AssistantMessage(content="fresh")])
+    assert [m.content for m in await memory.get(cid)] == ["again", "fresh"]
 
 
 async def test_foreign_and_invalid_conversations(engine: RuntimeEngine, make_user: Callable[[], User]) -> None:
@@ -171,7 +175,25 @@ async def test_window_read_touches_only_the_window(engine: RuntimeEngine, user: 
         plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     total = await engine.pool.fetchval("SELECT count(*) FROM agent_chat_messages WHERE session_id = $1::uuid", cid)
     assert total == 5_000
-    # 20 tail rows + 1 system + 1 anchor user row (the old first question), plus a little slack.
+    # 21 tail rows (one more than asked) + 1 system + the first user row (the start before any cut) + 1 anchor
+    # user row (the same old first question), plus a little slack.
     assert _plan_rows(plan) <= 30, json.dumps(plan)[:3000]
     read = await repo.find_by_conversation_id(cid, max_messages=20)
-    assert read.system is not None and [m.content for m in read.messages][:2] == ["first question", "a2489"]
+    assert read.system is not None and [m.content for m in read.messages][:2] == ["first question", "b2488"]
+    assert not read.complete
+
+
+async def test_window_uses_the_newest_system_message(engine: RuntimeEngine, user: User) -> None:
+    """Spring AI's rule (a new system message replaces the old) on the production query. Checked by hand
+    against the planted bug of issue 15 (the query's system part ordered oldest first): this test failed."""
+    cid = await _conversation(engine, user)
+    memory = MessageWindowChatMemory(_repo(engine, user), WindowPolicy(max_messages=10))
+    await memory.add(cid, [SystemMessage(id="s-old", content="old rules"), UserMessage(id="u1", content="q1")])
+    await memory.add(cid, [AssistantMessage(id="a1", content="r1"), SystemMessage(id="s-new", content="new rules")])
+    await memory.add(cid, [UserMessage(id="u2", content="q2")])
+    assert [(m.id, m.content) for m in await memory.get(cid)] == [
+        ("s-new", "new rules"),
+        ("u1", "q1"),
+        ("a1", "r1"),
+        ("u2", "q2"),
+    ]

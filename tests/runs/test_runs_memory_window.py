@@ -1,42 +1,177 @@
-"""A long conversation: the model sees the chat-memory window (the newest turns, starting at a user turn), not
-the whole history."""
+"""A long conversation through the run path: the model sees the cache-aware memory window. The first run over
+the high-water mark (20 messages) cuts to the low-water mark (10) at a user turn, summarises what it dropped in
+one model call (recorded on an audit row), and shows the summary right after the system prompt; the next run
+keeps the same start, so its requests begin with exactly the same bytes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
+import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, intent_direct, types
+from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
+from tests.runs.test_runs_statements import counted_statements
+from tests.stubs.deepseek_stub import StubReply
 
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.memory.summary import summary_message
+from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, AuditMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
 
+SUMMARY = "The user asked questions 0 to 10; each was answered."
 
-async def test_the_model_sees_the_window_of_a_long_conversation(h: Harness, make_user: Callable[[], User]) -> None:
-    user = make_user()
+
+def _turns(first: int, last: int) -> list[dict[str, Any]]:
+    return [
+        message
+        for turn in range(first, last + 1)
+        for message in (
+            {"role": "user", "content": f"question {turn}"},
+            {"role": "assistant", "content": f"answer {turn}"},
+        )
+    ]
+
+
+async def _long_session(h: Harness, user: User) -> str:
     sid = await h.new_session(user)
     earlier: list[NewMessage] = []
     for turn in range(15):
         earlier.append(NewMessage(role="user", content=f"question {turn}", metadata=UserInputMetadata()))
         earlier.append(NewMessage(role="assistant", content=f"answer {turn}", metadata=AssistantOutputMetadata()))
     await h.engine.messages.append(user.ctx, UUID(sid), earlier)
-    assert h.settings.memory_max_messages == 20
-    h.stub.enqueue(intent_direct("Noted."))
+    return sid
+
+
+async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await _long_session(h, user)
+    assert (h.settings.memory_max_messages, h.settings.memory_low_messages) == (20, 10)
+    assert h.settings.memory_summary_enabled, "on by default with a real model"
+    h.stub.enqueue(
+        StubReply(content=json.dumps({"summary": SUMMARY}), usage=usage(900, 30, 640)), intent_direct("Noted.")
+    )
 
     result = await h.run(user, sid, "question 15")
 
-    assert types(result.events)[-1] == "RUN_FINISHED"
-    (request,) = h.stub.requests
-    # 20 messages with the new one: the newest 19 of the 30 stored would start at "answer 5", so the cut
-    # moves to the next user turn, "question 6".
-    history = request.messages[1:-1]
-    assert history == [
-        message
-        for turn in range(6, 15)
-        for message in (
-            {"role": "user", "content": f"question {turn}"},
-            {"role": "assistant", "content": f"answer {turn}"},
-        )
+    assert types(result.events)[-1] == "RUN_FINISHED", result.events[-1]
+    summary_call, intent = h.stub.requests
+    system = intent.messages[0]
+    assert system["role"] == "system"
+    # The summary call: the run's system prompt, the dropped turns as they were sent before, then the task.
+    assert summary_call.messages[0] == system
+    assert summary_call.messages[1:-1] == _turns(0, 10)
+    assert "ConversationSummary" in summary_call.messages[-1]["content"]
+    assert summary_call.body["response_format"] == {"type": "json_object"}
+    # The window: the newest turns that fit 10 messages with the summary (9), the new question included,
+    # start at "question 11"; the summary comes right after the system prompt, as data.
+    assert intent.messages[1] == {"role": "user", "content": summary_message(SUMMARY, "x").content}
+    assert intent.messages[2:-1] == _turns(11, 14)
+
+    rows = await h.rows(user, sid)
+    summary_rows = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
+    assert len(summary_rows) == 1 and summary_rows[0].seq < 0
+    row = summary_rows[0]
+    assert (row.input_tokens, row.output_tokens, row.metadata.cached_tokens) == (900, 30, 640)
+    assert money(row.cost) == money(cny_cost(900, 30, 640))
+    assert row.metadata.run_id == result.run_id and row.metadata.error is None
+    assert result.of_type("CUSTOM")[-1]["value"]["modelCalls"] == 2, "the summary call is part of the run's cost"
+
+    h.stub.enqueue(intent_direct("Noted again."))
+    second = await h.run(user, sid, "question 16")
+
+    assert types(second.events)[-1] == "RUN_FINISHED"
+    assert len(h.stub.requests) == 3, "no cut, no summary call"
+    again = h.stub.requests[2]
+    shared = intent.messages[:-1]
+    assert again.messages[: len(shared)] == shared, "same start, same summary: the same prefix"
+    assert again.messages[len(shared) : -1] == [
+        {"role": "user", "content": "question 15"},
+        {"role": "assistant", "content": "Noted."},
     ]
-    assert request.messages[0]["role"] == "system"
+
+
+async def test_without_summaries_the_cut_keeps_ten_messages(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(memory_summary=False) as h:
+        user = make_user()
+        sid = await _long_session(h, user)
+        h.stub.enqueue(intent_direct("Noted."))
+
+        result = await h.run(user, sid, "question 15")
+
+        assert types(result.events)[-1] == "RUN_FINISHED"
+        (request,) = h.stub.requests
+        # 10 messages with the new one: "question 11" .. "answer 14" and "question 15" (in the task).
+        assert request.messages[1:-1] == _turns(11, 14)
+
+
+async def test_a_failed_summary_is_recorded_and_retried_at_the_next_run(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await _long_session(h, user)
+    h.stub.enqueue(StubReply(content='{"not": "a summary"}'), intent_direct("Noted."))
+
+    result = await h.run(user, sid, "question 15")
+
+    assert types(result.events)[-1] == "RUN_FINISHED", "the run answers without a summary"
+    _, intent = h.stub.requests
+    assert intent.messages[1:-1] == _turns(11, 14)
+    rows = await h.rows(user, sid)
+    failed = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
+    assert [r.metadata.error is not None for r in failed] == [True], "billed and kept, with its error"
+
+    h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted again."))
+    await h.run(user, sid, "question 16")
+
+    retried, intent = h.stub.requests[2:]
+    # The cut was not stored, so this run cuts again (one turn later now) and summarises from the beginning.
+    assert retried.messages[1:-1] == _turns(0, 11)
+    assert intent.messages[1]["content"] == summary_message(SUMMARY, "x").content
+    assert intent.messages[2:-1] == [*_turns(12, 15)[:-1], {"role": "assistant", "content": "Noted."}]
+
+
+async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window (mark and summary included) is one statement; a cut adds the read of what it drops and the
+    write of the new mark; the summary's audit row goes in the run's last statement."""
+    user = make_user()
+    sid = await _long_session(h, user)
+    h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))
+    with counted_statements(monkeypatch) as cut:
+        result = await h.run(user, sid, "question 15")
+    assert types(result.events)[-1] == "RUN_FINISHED"
+    assert [kind.split(" ")[0] for kind in cut] == ["start", "window", "SELECT", "INSERT", "finish"]
+    assert "agent_memory_windows" in cut[3]
+
+    h.stub.enqueue(intent_direct("Noted again."))
+    with counted_statements(monkeypatch) as kept:
+        await h.run(user, sid, "question 16")
+    assert kept == ["start", "window", "finish"]
+
+
+async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:
+    """No provider configured: summaries are off by default, and when turned on the offline demo model writes
+    a deterministic one, through the same path (LiteLLM custom provider, JSON mode, audit row)."""
+    async with make_harness(llm_model=None, llm_api_base=None, deepseek_api_key=None, run_timeout_seconds=120) as h:
+        assert not h.settings.memory_summary_enabled
+    async with make_harness(
+        llm_model=None, llm_api_base=None, deepseek_api_key=None, memory_summary=True, run_timeout_seconds=120
+    ) as h:
+        user = make_user()
+        sid = await _long_session(h, user)
+
+        result = await h.run(user, sid, "question 15")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.events[-1]
+        rows = await h.rows(user, sid)
+        (summary,) = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
+        said = "; ".join(f'\\"question {turn}\\"' for turn in range(5, 11))
+        assert summary.content == '{"summary": "[demo model] Earlier the user said: ' + said + '."}'
+        assert h.stub.requests == [], "nothing left the process"

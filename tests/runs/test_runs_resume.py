@@ -109,6 +109,15 @@ async def test_resume_and_cancel_refuse_bad_ids_and_other_users_runs(h: Harness,
     cancel = await h.client.post(f"{url}/cancel", headers=user.headers)
     assert (cancel.status_code, cancel.json()) == (202, {"id": run_id, "status": "completed"})  # over: a no-op
 
+    # A browser EventSource cannot send headers: the token may come as ?access_token= on this endpoint only.
+    token = user.headers["Authorization"].removeprefix("Bearer ")
+    with_header = await h.client.get(f"{url}/events", headers=user.headers)
+    by_param = await h.client.get(f"{url}/events", params={"access_token": token})
+    assert (by_param.status_code, by_param.text) == (200, with_header.text)
+    assert (await h.client.get(f"{url}/events", params={"access_token": token + "x"})).status_code == 401
+    assert (await h.client.get(f"{url}/events")).status_code == 401
+    assert (await h.client.get(f"/v1/sessions/{sid}/runs", params={"access_token": token})).status_code == 401
+
 
 async def test_cancel_closes_the_model_request_keeps_the_partial_answer_and_ends_with_outcome_cancelled(
     h: Harness, make_user: Callable[[], User]

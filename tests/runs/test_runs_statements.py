@@ -24,7 +24,7 @@ def _kind(sql: str) -> str:
         return "start"
     if "UPDATE agent_runs SET status" in text:
         return "finish"
-    if "WITH tail AS" in text:
+    if "tail AS (" in text:  # the memory window read (engine/memory/postgres.py)
         return "window"
     if "INSERT INTO agent_run_events" in text:
         return "events"

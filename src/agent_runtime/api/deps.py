@@ -29,6 +29,25 @@ def get_context(
     return authenticate(engine.settings, header)
 
 
+def get_stream_context(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+    access_token: Annotated[
+        str | None,
+        Query(
+            max_length=4096,
+            description="The bearer token, for a browser `EventSource` (it cannot send headers). It ends up in "
+            "proxies' access logs: prefer the header, and short-lived tokens here.",
+        ),
+    ] = None,
+) -> RequestContext:
+    """The caller of an event stream: the Authorization header, or `?access_token=` when there is none."""
+    if credentials is None and request.headers.get("authorization") is None and access_token:
+        engine: RuntimeEngine = request.app.state.engine
+        return authenticate(engine.settings, f"Bearer {access_token}")
+    return get_context(request, credentials)
+
+
 def get_page(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_LIMIT, description="Page size (1-100).")] = DEFAULT_LIMIT,
     offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0,
@@ -38,4 +57,5 @@ def get_page(
 
 Engine = Annotated[RuntimeEngine, Depends(get_engine)]
 Caller = Annotated[RequestContext, Depends(get_context)]
+StreamCaller = Annotated[RequestContext, Depends(get_stream_context)]
 Paging = Annotated[PageParams, Depends(get_page)]

@@ -52,8 +52,10 @@ _DESCRIPTIONS = {
     409: "Conflict, e.g. a run is already in progress on this session.",
     413: "Request body too large.",
     422: "Invalid request: `details` names each offending field.",
-    429: "Too many runs: `server_busy` (this process is full) or `too_many_runs` (your runs in progress); "
-    "retry after the `Retry-After` header's seconds.",
+    402: "`budget_exceeded`: your daily or monthly CNY budget is used up; the message says which and when it "
+    "resets (also `Retry-After`).",
+    429: "`server_busy` (this process is full), `too_many_runs` (your runs in progress), `rate_limited` (your runs "
+    "per minute): retry after `Retry-After` seconds; `too_many_sessions`: delete some.",
     503: "Not ready, or shutting down (`shutting_down`, with `Retry-After`).",
 }
 

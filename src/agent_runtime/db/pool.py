@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from agent_runtime.observability.tracing import trace_queries
+from agent_runtime.settings import UserQuotas
 
 
 def _without_nul(value: Any) -> Any:
@@ -40,19 +41,21 @@ async def _keep_session_state(conn: asyncpg.Connection) -> None:
     asyncpg's default (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) was half of a
     run's statements (10 of 20). Nothing here leaves such state behind: no advisory locks (a house rule),
     no cursors outside a transaction, LISTEN only on dedicated connections, and the one session setting we
-    use (`agent_runtime.max_runs_per_user`) must survive: RESET ALL would erase it.
+    use (`agent_runtime.*`, the per-user limits) must survive: RESET ALL would erase them.
     """
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, max_runs_per_user: int | None = None
+    dsn: str, *, min_size: int = 1, max_size: int = 10, quotas: UserQuotas | None = None
 ) -> asyncpg.Pool:
-    """`max_runs_per_user` is read by the database's per-user run limit (migrations/0003); None = no limit."""
+    """`quotas` are the per-user limits the database's triggers read (migrations/0003, 0007), set once per
+    connection as `agent_runtime.<name>` session settings; None or an unset limit: none."""
+    limits = {name: str(value) for name, value in (quotas or UserQuotas()).model_dump().items() if value is not None}
 
     async def init(conn: asyncpg.Connection) -> None:
         await _register_codecs(conn)
-        if max_runs_per_user is not None:
-            await conn.execute(f"SET agent_runtime.max_runs_per_user = {int(max_runs_per_user)}")
+        for name, value in limits.items():
+            await conn.execute("SELECT set_config($1, $2, false)", f"agent_runtime.{name}", value)
 
     pool = await asyncpg.create_pool(
         dsn, min_size=min_size, max_size=max_size, init=init, reset=_keep_session_state, command_timeout=60

@@ -79,6 +79,17 @@ class TooManyRunsError(TooManyRequestsError):
     code = "too_many_runs"
 
 
+class TooManySessionsError(TooManyRequestsError):
+    """The caller owns MAX_SESSIONS_PER_USER sessions; deleting some makes room."""
+
+    code = "too_many_sessions"
+
+
+class BudgetExceededError(AppError):
+    status_code = 402
+    code = "budget_exceeded"
+
+
 class ShuttingDownError(AppError):
     status_code = 503
     code = "shutting_down"

@@ -39,7 +39,7 @@ class RuntimeEngine:
         self.profiles = ProfileService(self.pool)
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
-        self.usage = UsageService(self.pool)
+        self.usage = UsageService(self.pool, self.settings.user_quotas)
         self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates, dsn=self.dsn)
 
     async def is_ready(self) -> bool:
@@ -84,7 +84,7 @@ async def open_engine(settings: Settings) -> EngineResources:
             dsn,
             min_size=settings.db_pool_min_size,
             max_size=settings.db_pool_max_size,
-            max_runs_per_user=settings.max_concurrent_runs_per_user,
+            quotas=settings.user_quotas,
         )
     except BaseException:
         if embedded is not None:

@@ -67,7 +67,7 @@ STAGE_DURATION = Histogram(
 ADMISSION_REFUSALS = Counter(
     "agent_runtime_admission_refusals",
     "Runs refused before they started, by reason: the error code the client got (server_busy, shutting_down,"
-    " too_many_runs).",
+    " too_many_runs, rate_limited, budget_exceeded).",
     ["reason"],
 )
 RUNS_IN_FLIGHT = Gauge("agent_runtime_runs_in_flight", "Runs executing in this process now.")

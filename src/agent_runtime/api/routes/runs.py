@@ -8,7 +8,7 @@ from ag_ui.core import RunAgentInput
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
-from agent_runtime.api.deps import Caller, Engine, Paging
+from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
@@ -49,7 +49,7 @@ def _sse(handle: RunHandle) -> StreamingResponse:
 @router.post(
     "/sessions/{session_id}/runs",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(401, 402, 404, 409, 413, 422, 429, 503)},
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
     """Run the agent on a new user message; the answer streams back as AG-UI events.
@@ -82,7 +82,7 @@ async def run_events(
     session_id: UUID,
     run_id: UUID,
     engine: Engine,
-    ctx: Caller,
+    ctx: StreamCaller,
     last_event_id: Annotated[
         str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
     ] = None,
@@ -117,7 +117,7 @@ async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller
 @router.post(
     "/agui",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 404, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(401, 402, 404, 409, 413, 422, 429, 503)},
 )
 async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is the session id (created on first use); messages not stored yet

@@ -15,7 +15,7 @@ from agent_runtime.engine.text import ClientText
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-@router.post("", status_code=201, response_model=Session, responses=error_responses(401, 413, 422))
+@router.post("", status_code=201, response_model=Session, responses=error_responses(401, 413, 422, 429))
 async def create_session(engine: Engine, ctx: Caller, body: SessionCreate | None = None) -> Session:
     """Create a session; billing currency (CNY) and the caller's country are frozen on it."""
     return await engine.sessions.create(ctx, body or SessionCreate())

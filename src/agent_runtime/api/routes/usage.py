@@ -27,5 +27,6 @@ async def user_usage(
     start: Annotated[datetime | None, Query(description="Inclusive lower bound (ISO 8601).")] = None,
     end: Annotated[datetime | None, Query(description="Exclusive upper bound (ISO 8601).")] = None,
 ) -> UsagePage:
-    """The caller's totals over a date range, with a page of per-session sums (most expensive first)."""
+    """The caller's totals over a date range, with a page of per-session sums (most expensive first), and what
+    remains of their daily and monthly CNY budgets now (a run past either gets 402 `budget_exceeded`)."""
     return await engine.usage.for_user(ctx, start=start, end=end, limit=page.limit, offset=page.offset)

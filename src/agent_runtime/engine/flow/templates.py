@@ -11,6 +11,10 @@ the description must use:
 
 The chat history is not a placeholder: it reaches the model as chat messages, ahead of the task text.
 
+`tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
+model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
+summary's length limit) and `{output_schema}*` (the ConversationSummary schema).
+
 Rendering is safe against user text containing braces: only the template (our YAML) is parsed for
 placeholders; user values are substituted as values and never parsed again. Placeholders may not carry
 attribute/index access, conversions or format specs, so a template cannot reach into objects or ask for
@@ -31,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import BUILTIN_TOOLS
+from agent_runtime.engine.memory.summary import schema_text as summary_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
 
 AGENTS_FILE = "agents.yaml"
@@ -69,6 +74,13 @@ class FlowTemplates(_Frozen):
     intent: StageTemplates
     execution: StageTemplates
     organization: StageTemplates
+    memory_summary: TaskTemplate
+
+    def render_summary_task(self, max_words: int) -> str:
+        """The summary task's request text (description and expected output, as a stage's request)."""
+        values = {"max_words": str(max_words), "output_schema": summary_schema_text()}
+        task = self.memory_summary
+        return f"{render_template(task.description, values)}\n\nExpected output: {task.expected_output}"
 
     def stage(self, name: StageName) -> StageTemplates:
         return {"intent": self.intent, "execution": self.execution, "organization": self.organization}[name]
@@ -87,6 +99,7 @@ class _TasksFile(_Frozen):
     intent: TaskTemplate
     execution: TaskTemplate
     organization: TaskTemplate
+    memory_summary: TaskTemplate
 
 
 @functools.cache
@@ -227,8 +240,20 @@ def load_flow_templates(config_dir: Path) -> FlowTemplates:
         intent=StageTemplates(agent=agents.intent, task=tasks.intent),
         execution=StageTemplates(agent=agents.execution, task=tasks.execution),
         organization=StageTemplates(agent=agents.organization, task=tasks.organization),
+        memory_summary=tasks.memory_summary,
     )
     for stage in STAGE_NAMES:
         _check_agent(agents_file, stage, templates.stage(stage).agent)
         _check_task(tasks_file, stage, templates.stage(stage).task)
+    _check_summary_task(tasks_file, tasks.memory_summary)
     return templates
+
+
+def _check_summary_task(file: Path, task: TaskTemplate) -> None:
+    allowed = frozenset({"max_words", "output_schema"})
+    used = _placeholders(file, "memory_summary.description", task.description, allowed)
+    _placeholders(file, "memory_summary.expected_output", task.expected_output, frozenset())
+    missing = sorted(allowed - used)
+    if missing:
+        shown = ", ".join("{" + name + "}" for name in missing)
+        raise TemplateConfigError(f"{file}: memory_summary.description: missing required placeholder {shown}")

@@ -17,7 +17,10 @@ from agent_runtime.engine.llm.models import ToolSchema, WireFunctionCall, WireMe
 
 DEMO_PREFIX = "[demo model]"
 STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie
-_SCHEMA_TITLE = re.compile(r'"title"\s*:\s*"(IntentResult|ExecutionResult|OrganizationResult)"')
+# The chat memory's summary task (engine/memory/summary.py), recognised like a stage by its schema title.
+SUMMARY_TITLE = "ConversationSummary"
+_SCHEMA_TITLE = re.compile(r'"title"\s*:\s*"(IntentResult|ExecutionResult|OrganizationResult|ConversationSummary)"')
+_SUMMARISED_USER_MESSAGES = 6
 _EXPRESSION = re.compile(r"\(*\d[\d\s.+\-*/×÷%()^]*")
 _HAS_OPERATOR = re.compile(r"\d\s*\)?\s*(?:\*\*|//|[-+*/×÷%^])\s*\(?\s*\d")
 _JSON_STRING = r'("(?:[^"\\]|\\.)*")'
@@ -72,6 +75,10 @@ class _Organization(BaseModel):
 
 class _PlainJSON(BaseModel):
     assistant_text: str
+
+
+class _Summary(BaseModel):
+    summary: str
 
 
 def detect_stage(messages: list[WireMessage]) -> str | None:
@@ -247,8 +254,17 @@ def organization_answer(messages: list[WireMessage]) -> DemoAnswer:
     return _json(_Organization(assistant_text=text))
 
 
+def summary_answer(messages: list[WireMessage]) -> DemoAnswer:
+    """A deterministic summary: the newest few things the user said before the task (the last message)."""
+    said = [m.content for m in messages[:-1] if m.role == "user" and m.content]
+    quoted = "; ".join(json.dumps(_short(text, 60), ensure_ascii=False) for text in said[-_SUMMARISED_USER_MESSAGES:])
+    return _json(_Summary(summary=f"{DEMO_PREFIX} Earlier the user said: {quoted or 'nothing'}."))
+
+
 def demo_answer(messages: list[WireMessage], tools: list[ToolSchema], json_mode: bool) -> DemoAnswer:
     stage = detect_stage(messages)
+    if stage == SUMMARY_TITLE:
+        return summary_answer(messages)
     if stage == "IntentResult":
         return intent_answer(messages)
     if stage == "ExecutionResult":

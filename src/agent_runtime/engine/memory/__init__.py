@@ -23,10 +23,14 @@ What we do better than Spring AI:
   are kept rather than returning nothing.
 - An identical system message re-added is not stored twice; a different one replaces the old one in the
   window, and stored rows keep their own `created_at` (never rewritten, so no timestamp tricks).
+- The window is cache-aware (`plan_window`): cut in large steps to low-water marks and then kept, so the
+  model's input prefix stays byte-identical (and cached by the provider) for many turns; the start is stored
+  at each cut (`WindowMark`), so every process computes the same window. With a `Summarizer`, what a cut
+  drops is summarised and shown after the system message as data (`summary.py`).
 """
 
 from agent_runtime.engine.memory.advisor import build_model_input, with_memory
-from agent_runtime.engine.memory.chat_memory import ChatMemory, MessageWindowChatMemory
+from agent_runtime.engine.memory.chat_memory import ChatMemory, MemoryWindow, MessageWindowChatMemory, Summarizer
 from agent_runtime.engine.memory.convert import AguiMessage, from_agui, from_wire, to_agui, to_wire
 from agent_runtime.engine.memory.errors import (
     DuplicateMessageError,
@@ -46,12 +50,14 @@ from agent_runtime.engine.memory.messages import (
 from agent_runtime.engine.memory.repository import (
     ChatMemoryRepository,
     InMemoryChatMemoryRepository,
+    WindowMark,
     WindowRead,
     bounded_tail,
     validate_conversation_id,
 )
+from agent_runtime.engine.memory.summary import SummaryRequest
 from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenCounter, litellm_token_counter
-from agent_runtime.engine.memory.window import WindowPolicy, WindowResult, apply_window
+from agent_runtime.engine.memory.window import WindowPlan, WindowPolicy, WindowResult, apply_window, plan_window
 
 __all__ = [
     "CHAT_MESSAGE_ADAPTER",
@@ -65,13 +71,18 @@ __all__ = [
     "InMemoryChatMemoryRepository",
     "InvalidConversationIdError",
     "LiteLLMTokenCounter",
+    "MemoryWindow",
     "MessageWindowChatMemory",
+    "Summarizer",
+    "SummaryRequest",
     "SystemMessage",
     "TokenCounter",
     "ToolCallSpec",
     "ToolMessage",
     "UnrepresentableMessageError",
     "UserMessage",
+    "WindowMark",
+    "WindowPlan",
     "WindowPolicy",
     "WindowRead",
     "WindowResult",
@@ -81,6 +92,7 @@ __all__ = [
     "from_agui",
     "from_wire",
     "litellm_token_counter",
+    "plan_window",
     "to_agui",
     "to_wire",
     "validate_conversation_id",

@@ -1,23 +1,65 @@
-"""Offline token counting for the window's token budget, through LiteLLM's tokenizer for the model."""
+"""Offline token counting for the window's token budget, through LiteLLM's tokenizer for the model.
+
+Which tokenizer: LiteLLM's `select_tokenizer`. For DeepSeek models it is DeepSeek's own (a HuggingFace
+tokenizer file LiteLLM ships, so offline), likewise for Claude, Llama and Command R; for OpenAI models tiktoken
+is theirs. Any other model falls back to tiktoken, which only approximates: the first counter for such a
+model says so in a warning (`tokenizer_info` tells which is used, and whether it is the model's own).
+
+Per message: LiteLLM counts a list of messages as OpenAI does, content plus 3-4 framing tokens per message
+plus 3 for the reply's priming, once per call. Counting one message at a time would add those 3 to every
+message, so they are taken off (`_PRIMING`): the sum over a window is then LiteLLM's count of the whole
+window less 3. Against what DeepSeek bills, the framing is the overcount: its chat template marks a message
+with one special token (`<｜User｜>`, `<｜Assistant｜>`), so a text message is counted 3-4 tokens high, a tool
+call 3 and a tool result 7 (its call id included; tests/memory/test_memory_tokens.py measures them): at most
+140 of a 20-message window's 8,000 tokens, and the content itself is never undercounted.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
+
+from pydantic import BaseModel, Field
 
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
 
 TokenCounter = Callable[[ChatMessage], int]
-"""Tokens one message costs in the model input. Counting messages one by one includes each message's
-framing, so the sum over a window is an upper bound of the whole window's count (never an underestimate)."""
+"""Tokens one message costs in the model input, its framing included (see the module docstring)."""
 
 _CACHE_SIZE = 4096
+# LiteLLM's count of an empty message list: the reply's priming, counted once per call (see the docstring).
+_PRIMING = 3
+
+logger = logging.getLogger(__name__)
+
+
+class TokenizerInfo(BaseModel):
+    model: str
+    tokenizer: str = Field(description="What counts the tokens, e.g. `deepseek (HuggingFace, bundled with LiteLLM)`.")
+    exact: bool = Field(description="The model's own tokenizer; False: an approximation (tiktoken fallback).")
+
+
+def tokenizer_info(model: str) -> TokenizerInfo:
+    """Which tokenizer LiteLLM counts `model`'s tokens with, and whether it is the model's own."""
+    litellm = load_litellm()
+    from litellm.utils import select_tokenizer
+
+    selected = select_tokenizer(model=model)
+    if selected["type"] == "huggingface_tokenizer":
+        kind = getattr(litellm.utils, "huggingface_tokenizer_kind", lambda _: None)(model) or "model"
+        return TokenizerInfo(model=model, tokenizer=f"{kind} (HuggingFace, bundled with LiteLLM)", exact=True)
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # LiteLLM raises a plain exception for a provider it does not know (e.g. demo/)
+        provider = None
+    return TokenizerInfo(model=model, tokenizer="tiktoken", exact=provider in ("openai", "azure"))
 
 
 class LiteLLMTokenCounter:
@@ -29,6 +71,15 @@ class LiteLLMTokenCounter:
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.info = tokenizer_info(model)
+        if self.info.exact:
+            logger.info("chat memory counts tokens with %s for %s", self.info.tokenizer, model)
+        else:
+            logger.warning(
+                "LiteLLM has no tokenizer of %s's own: the chat memory counts its tokens with %s, an approximation",
+                model,
+                self.info.tokenizer,
+            )
         self._counts: OrderedDict[bytes, int] = OrderedDict()
         # A plain lock: the window may be computed in a worker thread as well as on the event loop.
         self._lock = threading.Lock()
@@ -40,7 +91,7 @@ class LiteLLMTokenCounter:
             if key in self._counts:
                 self._counts.move_to_end(key)
                 return self._counts[key]
-        count = int(load_litellm().token_counter(model=self.model, messages=[wire]))
+        count = int(load_litellm().token_counter(model=self.model, messages=[wire])) - _PRIMING
         with self._lock:
             self._counts[key] = count
             if len(self._counts) > _CACHE_SIZE:

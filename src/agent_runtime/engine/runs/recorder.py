@@ -62,6 +62,7 @@ class RunRecorder:
         self._session_id = session_id
         self.run_id = run_id
         self._outputs: list[StageOutput] = []
+        self._queued: list[NewMessage] = []
         self._tool_results: list[ToolResultRecord] = []
 
     async def tool_calls(self, stage: str, response: LLMResponse, calls: list[ToolCallSpec]) -> StoredMessage:
@@ -103,6 +104,14 @@ class RunRecorder:
     def stage_output(self, output: StageOutput) -> None:
         self._outputs.append(output)
 
+    def queue_row(self, row: NewMessage) -> None:
+        """A row made before the flow (the memory summary's audit row), written with the run's end."""
+        self._queued.append(row)
+
+    def _take_queued(self) -> list[NewMessage]:
+        queued, self._queued = self._queued, []
+        return queued
+
     def _audit(self, output: StageOutput, *, billed: bool, error: str | None = None) -> NewMessage:
         response = output.response
         metadata = AuditMetadata(
@@ -133,7 +142,8 @@ class RunRecorder:
         written yet, the stage outputs, and the visible reply last."""
         outcomes = self._outcomes()
         rejection = "rejected: did not match the stage contract"
-        rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=rejection) for o in outcomes.rejected)]
+        rejected = [self._audit(o, billed=True, error=rejection) for o in outcomes.rejected]
+        rows = [*self._take_queued(), *self._take_tool_results(), *rejected]
         answer = outcomes.final.get(answer_stage)
         rows += [self._audit(o, billed=stage != answer_stage) for stage, o in outcomes.final.items()]
         reply = NewMessage(
@@ -173,6 +183,7 @@ class RunRecorder:
     def failed_rows(self, error: str) -> list[NewMessage]:
         """What a failed run keeps: tool results not written yet, and every model output (and its cost) as
         audit rows."""
-        rows = [*self._take_tool_results(), *(self._audit(o, billed=True, error=error) for o in self._outputs)]
+        outputs = [self._audit(o, billed=True, error=error) for o in self._outputs]
+        rows = [*self._take_queued(), *self._take_tool_results(), *outputs]
         self._outputs.clear()
         return rows

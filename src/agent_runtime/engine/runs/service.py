@@ -35,10 +35,9 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
-from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata, UserMessage
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository, to_new_message
-from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.memory.messages import ChatMetadata, UserMessage
+from agent_runtime.engine.memory.postgres import to_new_message
+from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import UserAgentContext
@@ -264,18 +263,22 @@ class RunService:
         agent_ctx = UserAgentContext(
             user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
         )
-        memory = MessageWindowChatMemory(
-            PostgresChatMemoryRepository(self._pool, job.ctx),
-            WindowPolicy(
-                max_messages=self._settings.memory_max_messages,
-                max_tokens=self._settings.memory_max_tokens,
-                model=self._settings.effective_llm_model,
-            ),
+        system_prompt = build_global_system_prompt(agent_ctx)
+        # The session's memory window (engine/memory/run_memory.py): one statement, plus a summary call at a cut.
+        history = await run_history(
+            settings=self._settings,
+            pool=self._pool,
+            ctx=job.ctx,
+            session_id=job.session_id,
+            run_id=str(job.run_id),
+            current_message_id=job.user_message.id,
+            system_prompt=system_prompt,
+            llm=self._client(),
+            task=self._templates,
+            record=recorder.queue_row,
         )
-        window = await memory.get(str(job.session_id))
-        history: list[ChatMessage] = [m for m in window if m.id != job.user_message.id]
         state = build_state(
-            system_prompt=build_global_system_prompt(agent_ctx),
+            system_prompt=system_prompt,
             history=history,
             user_input=user_input(job.user_message, job.context),
             ai_language=agent_ctx.settings.preferences.ai_language,

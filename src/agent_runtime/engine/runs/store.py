@@ -22,12 +22,12 @@ import asyncpg
 from pydantic import BaseModel, Field
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import TooManyRunsError
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import INSERT_ROWS_SQL, MessageBatch, incoming_rows_sql, insert_messages
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.service import default_profile, row_to_profile
+from agent_runtime.engine.quotas import quota_error
 from agent_runtime.engine.runs.event_store import EVENTS_CHANNEL, LOST_RUN_SEQ
 from agent_runtime.engine.sessions.models import Session
 from agent_runtime.engine.sessions.service import SESSION_COLUMNS, row_to_session, session_not_found
@@ -37,10 +37,6 @@ from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)
 
-# Raised by the trigger enforce_user_run_limit (migrations/0003_run_leases.sql).
-USER_RUN_LIMIT_SQLSTATE = "AR429"
-# Seconds a client refused for its own runs in progress is told to wait: a run takes a few seconds.
-_TOO_MANY_RUNS_RETRY_AFTER = 2
 
 _START_SQL = f"""
 WITH started AS (
@@ -244,8 +240,9 @@ class RunStore:
         """Move the session to `running` under this process's lease and store the run's input messages.
 
         None when the session is running already (the caller may sweep and retry). Raises NotFoundError
-        (missing or foreign session), TooManyRunsError, ConflictError (a message id already stored) and
-        RunIdTakenError. Nothing is changed when it raises or returns None.
+        (missing or foreign session), the user's quota errors (engine/quotas.py: runs in progress, runs per
+        minute, budgets), ConflictError (a message id already stored) and RunIdTakenError. Nothing is
+        changed when it raises or returns None.
         """
         batch = MessageBatch(messages)
         try:
@@ -266,12 +263,10 @@ class RunStore:
                 raise RunIdTakenError(str(run_id)) from exc
             raise batch.conflict() from exc
         except asyncpg.PostgresError as exc:
-            if exc.sqlstate == USER_RUN_LIMIT_SQLSTATE:
-                metrics.admission_refused(TooManyRunsError.code)
-                raise TooManyRunsError(
-                    "you have as many runs in progress as you may (MAX_CONCURRENT_RUNS_PER_USER)",
-                    retry_after=_TOO_MANY_RUNS_RETRY_AFTER,
-                ) from exc
+            refused = quota_error(exc)
+            if refused is not None:
+                metrics.admission_refused(refused.code)
+                raise refused from exc
             raise
         if row is None:
             await self._require_session(ctx, session_id)
@@ -363,7 +358,6 @@ class RunStore:
 
 
 __all__ = [
-    "USER_RUN_LIMIT_SQLSTATE",
     "HeldRun",
     "LostRun",
     "RunEnd",

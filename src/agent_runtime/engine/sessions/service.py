@@ -11,6 +11,7 @@ from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import NotFoundError
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.quotas import quota_error
 from agent_runtime.engine.sessions.models import Session, SessionCreate, SessionUpdate, StateSnapshot
 
 SESSION_COLUMNS = (
@@ -52,7 +53,7 @@ class SessionService:
 
     async def create(self, ctx: RequestContext, data: SessionCreate) -> Session:
         profile = await self._profiles.get(ctx)
-        row = await self._pool.fetchrow(
+        row = await self._insert(
             f"""
             INSERT INTO agent_chat_sessions (id, user_id, title, billing_currency, billing_country_snapshot, model)
             VALUES ($1, $2, $3, 'CNY', $4, $5)
@@ -75,7 +76,7 @@ class SessionService:
         if existing is not None:
             return row_to_session(existing)
         profile = await self._profiles.get(ctx)
-        row = await self._pool.fetchrow(
+        row = await self._insert(
             f"""
             INSERT INTO agent_chat_sessions (id, user_id, billing_currency, billing_country_snapshot, model)
             VALUES ($1, $2, 'CNY', $3, $4)
@@ -91,6 +92,17 @@ class SessionService:
             # The id exists: either a concurrent first use by the same caller, or another user's session.
             return await self.get(ctx, session_id)
         return row_to_session(row)
+
+    async def _insert(self, query: str, *args: object) -> asyncpg.Record | None:
+        """A session insert; MAX_SESSIONS_PER_USER is enforced by the database (trigger, migrations/0007)."""
+        try:
+            row: asyncpg.Record | None = await self._pool.fetchrow(query, *args)
+        except asyncpg.PostgresError as exc:
+            refused = quota_error(exc)
+            if refused is not None:
+                raise refused from exc
+            raise
+        return row
 
     async def get(self, ctx: RequestContext, session_id: UUID) -> Session:
         row = await self._pool.fetchrow(

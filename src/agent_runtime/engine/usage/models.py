@@ -33,8 +33,18 @@ class SessionUsageRow(UsageTotals):
     title: str | None
 
 
+class BudgetStatus(BaseModel):
+    """One of the caller's CNY budgets now (calendar day / month in UTC), from the stored per-message costs."""
+
+    budget: Literal["daily", "monthly"]
+    limit: Money | None = Field(description="USER_DAILY_BUDGET_CNY / USER_MONTHLY_BUDGET_CNY; null: no limit.")
+    spent: Money
+    remaining: Money | None = Field(description="What may still be spent (0 when used up); null: no limit.")
+    resets_at: datetime
+
+
 class UsagePage(BaseModel):
-    """The caller's usage over [start, end), paginated per session (most expensive first)."""
+    """The caller's usage over [start, end), paginated per session (most expensive first), and their budgets."""
 
     start: datetime | None
     end: datetime | None
@@ -43,3 +53,4 @@ class UsagePage(BaseModel):
     total: int = Field(description="Number of sessions with usage in the range.")
     limit: int
     offset: int
+    budgets: list[BudgetStatus] = Field(description="The daily and monthly budgets as of now (not the range).")

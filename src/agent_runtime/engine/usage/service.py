@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
+from typing import Literal
 from uuid import UUID
 
 import asyncpg
@@ -10,7 +12,15 @@ import asyncpg
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ValidationFailedError
 from agent_runtime.engine.sessions.service import session_not_found
-from agent_runtime.engine.usage.models import SessionUsage, SessionUsageRow, StageUsage, UsagePage, UsageTotals
+from agent_runtime.engine.usage.models import (
+    BudgetStatus,
+    SessionUsage,
+    SessionUsageRow,
+    StageUsage,
+    UsagePage,
+    UsageTotals,
+)
+from agent_runtime.settings import UserQuotas
 
 # A row "is a model call" when it carries a cost source; user rows and tool results carry none.
 SUMS = """
@@ -33,9 +43,30 @@ def totals_of(row: asyncpg.Record) -> UsageTotals:
     )
 
 
+_BUDGETS_SQL = """
+SELECT coalesce(sum(cost) FILTER (WHERE created_at >= date_trunc('day', now(), 'UTC')), 0) AS spent_day,
+       coalesce(sum(cost), 0) AS spent_month,
+       date_trunc('day', now(), 'UTC') + interval '1 day' AS day_resets_at,
+       date_trunc('month', now(), 'UTC') + interval '1 month' AS month_resets_at
+  FROM agent_chat_messages
+ WHERE user_id = $1 AND created_at >= date_trunc('month', now(), 'UTC')
+"""
+
+
+def _budget(
+    name: Literal["daily", "monthly"], limit: Decimal | None, spent: Decimal, resets_at: datetime
+) -> BudgetStatus:
+    # The database's scale (numeric(20,10)), so that every amount reads alike.
+    scale = Decimal("1E-10")
+    capped = None if limit is None else limit.quantize(scale)
+    remaining = None if capped is None else max(Decimal(0), capped - spent).quantize(scale)
+    return BudgetStatus(budget=name, limit=capped, spent=spent, remaining=remaining, resets_at=resets_at)
+
+
 class UsageService:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, quotas: UserQuotas) -> None:
         self._pool = pool
+        self._quotas = quotas
 
     async def for_session(self, ctx: RequestContext, session_id: UUID) -> SessionUsage:
         async with self._pool.acquire() as conn:
@@ -92,7 +123,9 @@ class UsageService:
                 limit,
                 offset,
             )
-        assert totals is not None
+            # The same sums the database checks before a run starts (migrations/0007), as of now.
+            spent = await conn.fetchrow(_BUDGETS_SQL, ctx.user_id)
+        assert totals is not None and spent is not None
         items = [
             SessionUsageRow(session_id=r["session_id"], title=r["title"], **totals_of(r).model_dump()) for r in rows
         ]
@@ -104,6 +137,10 @@ class UsageService:
             total=totals["sessions"],
             limit=limit,
             offset=offset,
+            budgets=[
+                _budget("daily", self._quotas.daily_budget_cny, spent["spent_day"], spent["day_resets_at"]),
+                _budget("monthly", self._quotas.monthly_budget_cny, spent["spent_month"], spent["month_resets_at"]),
+            ],
         )
 
 

@@ -1,0 +1,134 @@
+"""Per-user quotas and CNY budgets, enforced by the database (so across replicas and under concurrency):
+runs per minute (429 `rate_limited`), sessions per user (429 `too_many_sessions`), daily and monthly budgets
+(402 `budget_exceeded`, naming the budget and when it resets). Each is refused before any stream starts and
+leaves nothing behind; a run that crosses a budget while in flight finishes and is billed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from tests.conftest import User
+from tests.runs.conftest import Harness, MakeHarness, RunResult, cny_cost, intent_direct, money, types, usage
+
+
+def error_of(result: RunResult, status: int, code: str) -> dict[str, Any]:
+    assert result.status == status, result.body
+    error: dict[str, Any] = json.loads(result.body)["error"]
+    assert error["code"] == code, error
+    return error
+
+
+def next_utc_midnight() -> datetime:
+    now = datetime.now(UTC)
+    return datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+
+
+async def test_runs_per_minute_are_limited_and_two_starts_at_the_limit_let_exactly_one_through(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(max_runs_per_user_per_minute=2) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        for text in ("one", "two"):
+            assert types((await h.run(user, sid, text)).events)[-1] == "RUN_FINISHED"
+        refused = await h.run(user, sid, "three")
+        error = error_of(refused, 429, "rate_limited")
+        assert (
+            error["message"] == "you started as many runs in the last minute as you may (MAX_RUNS_PER_USER_PER_MINUTE)"
+        )
+        assert 1 <= int(refused.headers["retry-after"]) <= 60
+        assert [m["content"] for m in await h.visible(user, sid)] == ["one", "echo: one", "two", "echo: two"]
+
+    async with make_harness(max_runs_per_user_per_minute=1) as h:
+        for _ in range(5):  # a race that let both through would show in one of the rounds
+            user = make_user()
+            first, second = [await h.new_session(user) for _ in range(2)]
+            results = await asyncio.gather(h.run(user, first, "a"), h.run(user, second, "b"))
+            assert sorted(r.status for r in results) == [200, 429], [r.body for r in results]
+
+
+async def test_sessions_per_user_are_limited_also_under_concurrency(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(max_sessions_per_user=2) as h:
+        user = make_user()
+        for _ in range(2):
+            await h.new_session(user)
+        third = await h.client.post("/v1/sessions", headers=user.headers, json={})
+        assert third.status_code == 429, third.text
+        assert third.json()["error"]["code"] == "too_many_sessions"
+        assert (
+            third.json()["error"]["message"]
+            == "you have as many sessions as you may (MAX_SESSIONS_PER_USER); delete some"
+        )
+        listed = await h.client.get("/v1/sessions", headers=user.headers)
+        assert listed.json()["total"] == 2
+        other = make_user()
+        assert (await h.client.post("/v1/sessions", headers=other.headers, json={})).status_code == 201
+
+    async with make_harness(max_sessions_per_user=1) as h:
+        for _ in range(5):
+            user = make_user()
+            created = await asyncio.gather(
+                *(h.client.post("/v1/sessions", headers=user.headers, json={}) for _ in range(2))
+            )
+            assert sorted(r.status_code for r in created) == [201, 429], [r.text for r in created]
+
+
+async def test_a_run_that_crosses_the_daily_budget_is_billed_and_the_next_one_is_refused_with_402(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(user_daily_budget_cny=Decimal("0.001")) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        h.stub.enqueue(intent_direct("an expensive answer", usage=usage(1000, 200)))  # 0.0026 CNY > 0.001
+        crossing = await h.run(user, sid, "go")
+        assert types(crossing.events)[-1] == "RUN_FINISHED", crossing.body  # admitted under budget: it finishes
+        cost = cny_cost(1000, 200)
+        assert crossing.of_type("CUSTOM")[0]["value"]["cost"] == money(cost)
+
+        refused = await h.run(user, sid, "more")
+        error = error_of(refused, 402, "budget_exceeded")
+        resets = next_utc_midnight()
+        assert error["message"] == (
+            f"your daily budget of 0.001 CNY is used up ({cost.normalize():f} CNY spent); "
+            f"it resets at {resets.isoformat().replace('+00:00', 'Z')}"
+        )
+        assert error["details"] == [
+            {"loc": ["budget", "daily"], "msg": f"resets at {resets.isoformat()}", "type": None}
+        ]
+        assert 0 < int(refused.headers["retry-after"]) <= 86_400
+        assert [m["content"] for m in await h.visible(user, sid)] == ["go", "an expensive answer"]
+
+        page = (await h.client.get("/v1/usage", headers=user.headers)).json()
+        daily, monthly = page["budgets"]
+        assert daily == {
+            "budget": "daily",
+            "limit": "0.0010000000",
+            "spent": money(cost),
+            "remaining": "0.0000000000",
+            "resets_at": resets.isoformat().replace("+00:00", "Z"),
+        }
+        assert (monthly["budget"], monthly["limit"], monthly["spent"]) == ("monthly", "50.0000000000", money(cost))
+        other = make_user()  # budgets are per user
+        h.stub.enqueue(intent_direct("fine"))
+        assert types((await h.run(other, await h.new_session(other), "hi")).events)[-1] == "RUN_FINISHED"
+
+
+async def test_the_monthly_budget_is_checked_too(
+    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(user_monthly_budget_cny=Decimal("0.001"), user_daily_budget_cny=Decimal(0)) as capped:
+        user = make_user()
+        sid = await capped.new_session(user)
+        capped.stub.enqueue(intent_direct("pricey", usage=usage(1000, 200)))
+        assert types((await capped.run(user, sid, "go")).events)[-1] == "RUN_FINISHED"
+        error = error_of(await capped.run(user, sid, "more"), 402, "budget_exceeded")
+        assert error["message"].startswith("your monthly budget of 0.001 CNY is used up")
+        daily = (await capped.client.get("/v1/usage", headers=user.headers)).json()["budgets"][0]
+        assert (daily["limit"], daily["remaining"]) == (None, None)  # 0 = no daily limit
