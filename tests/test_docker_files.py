@@ -71,21 +71,30 @@ def hadolint_bin() -> Path:
     return path
 
 
+# The compose variables the file reads: only what a test passes may count, never the caller's shell.
+COMPOSE_VARIABLES = ("JWT_SECRET", "BIND_ADDRESS", "POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")
+TEST_SECRET = "compose-test-secret-0123456789abcdef"
+
+
 def _clean_env(home: Path) -> dict[str, str]:
     """Environment without user config that could loosen the validators (HADOLINT_*, COMPOSE_*)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HADOLINT_", "COMPOSE_", "DOCKER_"))}
+    prefixes = ("HADOLINT_", "COMPOSE_", "DOCKER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes) and k not in COMPOSE_VARIABLES}
     env["HOME"] = str(home)
     env["XDG_CONFIG_HOME"] = str(home / ".config")
     return env
 
 
-def run_compose(compose_file: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+def run_compose(
+    compose_file: Path, *args: str, home: Path, variables: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The Compose v2 binary; `variables` defaults to a valid JWT_SECRET (the file requires one)."""
     return subprocess.run(
         [str(compose_bin()), "-f", str(compose_file), *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env=_clean_env(home),
+        env={**_clean_env(home), **({"JWT_SECRET": TEST_SECRET} if variables is None else variables)},
         check=False,
     )
 
@@ -131,6 +140,34 @@ def test_binaries_are_the_real_tools(tmp_path: Path) -> None:
 def test_compose_file_is_valid(tmp_path: Path) -> None:
     result = run_compose(COMPOSE_FILE, "config", "-q", home=tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def _isolated_copy(tmp_path: Path) -> Path:
+    """The compose file where no docker/.env next to it can supply variables."""
+    (tmp_path / "docker").mkdir()
+    copy = tmp_path / "docker" / "docker-compose.yml"
+    copy.write_text(COMPOSE_FILE.read_text(encoding="utf-8"), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("secret", [None, ""], ids=["unset", "empty"])
+def test_compose_requires_jwt_secret(tmp_path: Path, secret: str | None) -> None:
+    copy = _isolated_copy(tmp_path)
+    refused = run_compose(copy, "config", "-q", home=tmp_path, variables={} if secret is None else {"JWT_SECRET": ""})
+    assert refused.returncode != 0
+    assert "required variable JWT_SECRET is missing a value" in refused.stderr, refused.stderr
+    assert "openssl rand -hex 32" in refused.stderr
+    accepted = run_compose(copy, "config", "-q", home=tmp_path, variables={"JWT_SECRET": TEST_SECRET})
+    assert accepted.returncode == 0, accepted.stderr
+
+
+def test_compose_binds_to_localhost_unless_told_otherwise(tmp_path: Path) -> None:
+    copy = _isolated_copy(tmp_path)
+    variables = {"JWT_SECRET": TEST_SECRET, "BIND_ADDRESS": "0.0.0.0"}
+    result = run_compose(copy, "config", "--format", "json", home=tmp_path, variables=variables)
+    assert result.returncode == 0, result.stderr
+    ports = json.loads(result.stdout)["services"]["agent-runtime"]["ports"]
+    assert [(p["host_ip"], str(p["published"]), p["target"]) for p in ports] == [("0.0.0.0", "8000", 8000)]
 
 
 @pytest.mark.parametrize(
@@ -208,8 +245,10 @@ def test_compose_agent_runtime(compose_config: dict[str, Any]) -> None:
     assert env["DATABASE_URL"] == expected_url
     assert env["HOST"] == "0.0.0.0"
     assert str(env["PORT"]) == "8000"
+    assert (env["ENVIRONMENT"], env["JWT_SECRET"]) == ("production", TEST_SECRET)
 
-    assert {(str(p["published"]), p["target"]) for p in app["ports"]} == {("8000", 8000)}
+    # Published on the host's loopback only: no BIND_ADDRESS was given.
+    assert [(p["host_ip"], str(p["published"]), p["target"]) for p in app["ports"]] == [("127.0.0.1", "8000", 8000)]
     test = " ".join(app["healthcheck"]["test"])
     assert "/health/live" in test and "8000" in test
     assert app.get("restart") in {"always", "unless-stopped", "on-failure"}

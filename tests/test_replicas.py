@@ -27,6 +27,7 @@ from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, sse_frames, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
 from tests.support.serve import ServeProcess, poll_until, start_serve
+from tests.support.sse import frames_of, sse_body
 
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.settings import Settings
@@ -146,25 +147,6 @@ async def test_a_session_runs_on_one_replica_at_a_time_and_its_seqs_continue_acr
         (3, "user", "then on b"),
         (4, "assistant", "echo: then on b"),
     ]
-
-
-async def frames_of(lines: AsyncIterator[str], count: int | None = None) -> list[str]:
-    """Whole SSE frames from a streamed body: `count` of them, or all."""
-    frames: list[str] = []
-    current: list[str] = []
-    async for line in lines:
-        if line:
-            current.append(line)
-            continue
-        frames.append("\n".join(current))
-        current = []
-        if count is not None and len(frames) == count:
-            break
-    return frames
-
-
-def sse_body(frames: list[str]) -> str:
-    return "".join(f"{frame}\n\n" for frame in frames)
 
 
 async def official_client_accepts(events: list[dict[str, Any]], thread_id: str, run_id: str) -> dict[str, Any]:

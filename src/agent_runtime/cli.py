@@ -83,6 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from agent_runtime.api.app import create_app
     from agent_runtime.api.server import DrainingServer, graceful_shutdown_seconds
+    from agent_runtime.api.transport import uvicorn_limits
     from agent_runtime.logging_setup import configure_logging
     from agent_runtime.observability.tracing import configure_tracing
 
@@ -112,6 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
+        **uvicorn_limits(settings),  # header size and deadline, keep-alive, concurrency ceiling
     )
     DrainingServer(config, on_shutdown_signal=drain).run()
     return 0

@@ -13,6 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agent_runtime.resources import default_config_dir, default_migrations_dir
 
 DEV_JWT_SECRET = "dev-insecure-secret-change-me-0123456789"
+# RFC 7518 section 3.2: an HS256 key must be at least as long as the hash output (256 bits).
+MIN_JWT_SECRET_BYTES = 32
 DEMO_MODEL = "demo/agent"
 
 
@@ -35,7 +37,9 @@ class UserQuotas(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+    # env_ignore_empty: `NAME=` in the environment or .env means unset (the default), never "set to nothing"
+    # (an empty DEEPSEEK_API_KEY used to count as a key and leave the demo model).
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
     environment: Literal["development", "test", "production"] = "development"
     host: str = "127.0.0.1"
@@ -53,6 +57,13 @@ class Settings(BaseSettings):
     jwt_default_ttl_seconds: int = Field(default=3600, ge=1)
 
     max_request_bytes: int = Field(default=1_048_576, ge=1024)
+
+    # HTTP transport limits (uvicorn; see api/transport.py). They bound what a client holds before authentication.
+    max_header_bytes: int = Field(default=65_536, ge=4096, le=1_048_576)
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    http_keep_alive_seconds: int = Field(default=5, ge=1, le=300)
+    http_max_concurrency: int = Field(default=1000, ge=1)
 
     llm_model: str | None = None
     llm_api_base: str | None = None
@@ -114,10 +125,13 @@ class Settings(BaseSettings):
         "otel_traces_exporter",
         "metrics_port",
         "memory_summary",
+        "deepseek_api_key",
+        "openai_api_key",
         mode="before",
     )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
+        # The same rule as env_ignore_empty, for values passed as arguments.
         return None if value == "" else value
 
     @field_validator("database_url")
@@ -136,10 +150,19 @@ class Settings(BaseSettings):
             data.setdefault("crewai_config_dir", base / "crewai")
         return data
 
+    @field_validator("jwt_secret", mode="before")
+    @classmethod
+    def _empty_secret_is_unset(cls, value: object) -> object:
+        return DEV_JWT_SECRET if value == "" else value
+
     @model_validator(mode="after")
-    def _refuse_dev_secret_in_production(self) -> Settings:
-        if self.environment == "production" and self.jwt_secret.get_secret_value() == DEV_JWT_SECRET:
-            raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
+    def _check_consistency(self) -> Settings:
+        if self.environment == "production":
+            secret = self.jwt_secret.get_secret_value()
+            if secret == DEV_JWT_SECRET:
+                raise ValueError("JWT_SECRET must be set to a real secret when ENVIRONMENT=production")
+            if len(secret.encode()) < MIN_JWT_SECRET_BYTES:
+                raise ValueError(f"JWT_SECRET must have at least {MIN_JWT_SECRET_BYTES} bytes in production")
         if self.db_pool_min_size > self.db_pool_max_size:
             raise ValueError("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE")
         if self.memory_low_messages > self.memory_max_messages or self.memory_low_tokens > self.memory_max_tokens:
@@ -151,6 +174,10 @@ class Settings(BaseSettings):
         if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
             # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
             raise ValueError("RUN_HEARTBEAT_SECONDS must be at most half of RUN_LEASE_SECONDS")
+        if self.openai_api_key is not None and self.llm_model is None:
+            # Which OpenAI model is the operator's choice; guessing one (or falling back to DeepSeek, or
+            # silently staying on the demo model with a key set) would surprise whoever set the key.
+            raise ValueError("OPENAI_API_KEY is set but LLM_MODEL is not: set LLM_MODEL, e.g. openai/gpt-4o-mini")
         return self
 
     @property
@@ -163,7 +190,7 @@ class Settings(BaseSettings):
         """The configured model, or the offline demo model when no provider key is set."""
         if self.llm_model:
             return self.llm_model
-        if self.has_provider_key:
+        if self.deepseek_api_key is not None:
             return "deepseek/deepseek-chat"
         return DEMO_MODEL
 
@@ -211,4 +238,13 @@ def get_settings() -> Settings:
     return load_settings()
 
 
-__all__ = ["DEMO_MODEL", "DEV_JWT_SECRET", "Settings", "UserQuotas", "find_env_file", "get_settings", "load_settings"]
+__all__ = [
+    "DEMO_MODEL",
+    "DEV_JWT_SECRET",
+    "MIN_JWT_SECRET_BYTES",
+    "Settings",
+    "UserQuotas",
+    "find_env_file",
+    "get_settings",
+    "load_settings",
+]

@@ -79,3 +79,50 @@ async def test_issuer_and_audience_checked_when_configured(settings: Settings) -
 async def test_health_and_docs_are_public(client: httpx.AsyncClient) -> None:
     for path in ("/health/live", "/health/ready", "/docs", "/openapi.json"):
         assert (await client.get(path)).status_code == 200, path
+
+
+def _signed(payload: bytes, secret: str = TEST_JWT_SECRET) -> dict[str, str]:
+    """A token over exactly these payload bytes (duplicate keys included): `jwt.encode` would build a dict."""
+    token = jwt.api_jws.encode(payload, secret, algorithm="HS256")
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_time_claims_must_be_numbers(client: httpx.AsyncClient) -> None:
+    sub, exp = str(uuid4()), 4_102_444_800
+    cases = {
+        "exp": {"sub": sub, "exp": str(exp)},
+        "nbf": {"sub": sub, "exp": exp, "nbf": "0"},
+        "iat": {"sub": sub, "exp": exp, "iat": "0"},
+    }
+    for claim, claims in cases.items():
+        response = await client.get("/v1/profile", headers=_token(claims))
+        assert response.status_code == 401, claims
+        expected = f"invalid token: claim '{claim}' must be a number (seconds since the epoch)"
+        assert response.json()["error"]["message"] == expected
+    bool_exp = await client.get("/v1/profile", headers=_token({"sub": sub, "exp": True}))
+    assert bool_exp.status_code == 401
+    fine = await client.get("/v1/profile", headers=_token({"sub": sub, "exp": exp, "nbf": 0, "iat": 1.5}))
+    assert fine.status_code == 200, fine.text
+
+
+async def test_sub_must_be_the_canonical_uuid_spelling(client: httpx.AsyncClient) -> None:
+    user_id = uuid4()
+    exp = 4_102_444_800
+    for sub in (str(user_id).upper(), user_id.hex, f"{{{user_id}}}", f"urn:uuid:{user_id}", f" {user_id}", 7):
+        response = await client.get("/v1/profile", headers=_token({"sub": sub, "exp": exp}))
+        assert response.status_code == 401, sub
+        message = response.json()["error"]["message"]
+        assert message.startswith(("invalid token: sub must be", "invalid token: Subject must be a string")), sub
+    response = await client.get("/v1/profile", headers=_token({"sub": str(user_id), "exp": exp}))
+    assert response.status_code == 200
+    assert response.json()["user_id"] == str(user_id)
+
+
+async def test_duplicate_claims_are_refused(client: httpx.AsyncClient) -> None:
+    first, second = uuid4(), uuid4()
+    payload = f'{{"sub": "{first}", "exp": 4102444800, "sub": "{second}"}}'.encode()
+    response = await client.get("/v1/profile", headers=_signed(payload))
+    assert response.status_code == 401
+    assert response.json()["error"]["message"] == "invalid token: duplicate claim 'sub'"
+    unique = f'{{"sub": "{first}", "exp": 4102444800}}'.encode()
+    assert (await client.get("/v1/profile", headers=_signed(unique))).status_code == 200

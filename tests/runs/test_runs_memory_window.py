@@ -144,16 +144,19 @@ async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
     user = make_user()
     sid = await _long_session(h, user)
     h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))
+    await h.engine.runs.wait_idle()
     with counted_statements(monkeypatch) as cut:
         result = await h.run(user, sid, "question 15")
+        await h.engine.runs.wait_idle()  # the event log's one write, after the stream ends
     assert types(result.events)[-1] == "RUN_FINISHED"
-    assert [kind.split(" ")[0] for kind in cut] == ["start", "window", "SELECT", "INSERT", "finish"]
+    assert [kind.split(" ")[0] for kind in cut] == ["start", "window", "SELECT", "INSERT", "finish", "events"]
     assert "agent_memory_windows" in cut[3]
 
     h.stub.enqueue(intent_direct("Noted again."))
     with counted_statements(monkeypatch) as kept:
         await h.run(user, sid, "question 16")
-    assert kept == ["start", "window", "finish"]
+        await h.engine.runs.wait_idle()
+    assert kept == ["start", "window", "finish", "events"]
 
 
 async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:

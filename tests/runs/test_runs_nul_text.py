@@ -1,5 +1,6 @@
-"""NUL (U+0000) in text: PostgreSQL cannot store it. Client text is refused with a 422 naming the field; model
-output and free-form settings are stored with U+FFFD in its place. Never a 500."""
+"""NUL (U+0000) in text: PostgreSQL cannot store it. Client text (free-form settings included) is refused with a
+422 naming the field; model output is stored with U+FFFD in its place. Never a 500. Every client field is covered
+by tests/api/test_client_text.py; these pin whole error payloads and the model-output side."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.conftest import User
 from tests.runs.conftest import Harness, intent_direct, types
 from tests.runs.test_runs_agui import run_input, user_message
 
-NUL_DETAIL = "Value error, must not contain NUL (\\u0000) characters"
+NUL_DETAIL = "must not contain NUL (U+0000)"
 
 
 @pytest.mark.parametrize(
@@ -83,12 +84,18 @@ async def test_model_output_with_nul_is_stored_with_a_replacement_character(
     assert "before\\u0000after" in audit.content
 
 
-async def test_free_form_settings_with_nul_are_stored_with_a_replacement_character(
+async def test_free_form_settings_with_nul_are_a_422_naming_the_nested_key(
     h: Harness, make_user: Callable[[], User]
 ) -> None:
     user = make_user()
-    body = {"settings": {"version": 2, "privacy": {"note": "a\x00b", "k\x00": ["\x00"]}}}
+    body = {"settings": {"version": 2, "privacy": {"note": "ok", "k": [{"x\x00": 1}]}}}
     response = await h.client.put("/v1/profile", headers=user.headers, json=body)
-    assert response.status_code == 200, response.text
-    stored = (await h.client.get("/v1/profile", headers=user.headers)).json()["settings"]["privacy"]
-    assert stored == {"note": "a\ufffdb", "k\ufffd": ["\ufffd"]}
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"] == [
+        {
+            "loc": ["body", "settings", 2, "privacy"],
+            "msg": 'must not contain NUL (U+0000) in the key at ["k", 0, "x\\u0000"]',
+            "type": "unstorable_text",
+        }
+    ]
+    assert (await h.client.get("/v1/profile", headers=user.headers)).json()["created_at"] is None

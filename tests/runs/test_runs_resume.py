@@ -8,38 +8,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 from tests.conftest import User
 from tests.runs.conftest import Harness, intent_direct, sse_frames, warm_up
 from tests.runs.test_runs_disconnect import served
+from tests.support.sse import frames_of, sse_body
 
 ANSWER = "Streams survive the network: this answer arrives in many small pieces over a few seconds."
 
 
-async def frames_of(lines: AsyncIterator[str], count: int | None = None) -> list[str]:
-    """Whole SSE frames (`id:` and `data:` lines) from a streamed body: `count` of them, or all."""
-    frames: list[str] = []
-    current: list[str] = []
-    async for line in lines:
-        if line:
-            current.append(line)
-            continue
-        frames.append("\n".join(current))
-        current = []
-        if count is not None and len(frames) == count:
-            break
-    return frames
-
-
-def body(frames: list[str]) -> str:
-    return "".join(f"{frame}\n\n" for frame in frames)
-
-
 def events(frames: list[str]) -> list[dict[str, Any]]:
-    return [event for _, _, event in sse_frames(body(frames))]
+    return [event for _, _, event in sse_frames(sse_body(frames))]
 
 
 async def test_a_dropped_stream_resumes_after_its_last_id_and_a_finished_run_replays_byte_for_byte(
@@ -63,7 +45,7 @@ async def test_a_dropped_stream_resumes_after_its_last_id_and_a_finished_run_rep
             rest = await frames_of(resumed.aiter_lines())
 
     whole = first + rest
-    frames = sse_frames(body(whole))  # ids 1..n of one run, in order, each once
+    frames = sse_frames(sse_body(whole))  # ids 1..n of one run, in order, each once
     assert [seq for _, seq, _ in frames] == list(range(1, len(whole) + 1))
     kinds = [event["type"] for _, _, event in frames]
     assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED" and kinds.count("RUN_FINISHED") == 1
@@ -73,11 +55,11 @@ async def test_a_dropped_stream_resumes_after_its_last_id_and_a_finished_run_rep
     await h.engine.runs.wait_idle()  # the run is over and its log stored: replays come from the database
     replay = await h.client.get(f"/v1/sessions/{sid}/runs/{run_id}/events", headers=user.headers)
     assert replay.status_code == 200
-    assert replay.text == body(whole)
+    assert replay.text == sse_body(whole)
     tail = await h.client.get(
         f"/v1/sessions/{sid}/runs/{run_id}/events", headers=user.headers, params={"last_event_id": f"{run_id}:3"}
     )
-    assert tail.text == body(whole[3:])
+    assert tail.text == sse_body(whole[3:])
     done = await h.client.get(
         f"/v1/sessions/{sid}/runs/{run_id}/events", headers={**user.headers, "Last-Event-ID": f"{run_id}:{len(whole)}"}
     )
@@ -161,7 +143,7 @@ async def test_cancel_closes_the_model_request_keeps_the_partial_answer_and_ends
     again = await h.client.post(f"/v1/sessions/{sid}/runs/{run_id}/cancel", headers=user.headers)
     assert (again.status_code, again.json()) == (202, {"id": run_id, "status": "cancelled"})
     replay = await h.client.get(f"/v1/sessions/{sid}/runs/{run_id}/events", headers=user.headers)
-    assert replay.text == body(seen + rest)
+    assert replay.text == sse_body(seen + rest)
 
 
 async def test_events_past_retention_are_deleted_by_the_sweep_and_a_resume_says_410(

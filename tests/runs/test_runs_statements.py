@@ -62,6 +62,7 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
 ) -> None:
     user = make_user()
     await warm_up(h, user)
+    await h.engine.runs.wait_idle()
     sid = await h.new_session(user)
     call = StubToolCall(id="call_1", name="calculator", arguments='{"expression": "6*7"}')
     h.stub.enqueue(

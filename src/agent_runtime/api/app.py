@@ -75,5 +75,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(runs.router)
     if settings.metrics_enabled and settings.metrics_port is None:
         app.include_router(metrics.router)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        RequestContextMiddleware,
+        max_body_bytes=settings.max_request_bytes,
+        body_timeout_seconds=settings.http_body_timeout_seconds,
+    )
     return app

@@ -11,6 +11,7 @@ from agent_runtime.engine.auth import authenticate
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.pagination import DEFAULT_LIMIT, PageParams
 from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.engine.text import ClientText
 
 MAX_PAGE_LIMIT = 100
 _bearer = HTTPBearer(auto_error=False, description="HS256 JWT whose `sub` is your user UUID (`agent-runtime token`).")
@@ -33,7 +34,7 @@ def get_stream_context(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     access_token: Annotated[
-        str | None,
+        ClientText | None,
         Query(
             max_length=4096,
             description="The bearer token, for a browser `EventSource` (it cannot send headers). It ends up in "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,6 +21,7 @@ _HTTP_CODES = {
     403: "forbidden",
     404: "not_found",
     405: "method_not_allowed",
+    408: "request_timeout",
     409: "conflict",
     413: "payload_too_large",
     415: "unsupported_media_type",
@@ -47,10 +49,12 @@ def error_json(status: int, code: str, message: str, **extra: Any) -> JSONRespon
 
 
 _DESCRIPTIONS = {
+    400: "Malformed request: a body that is not UTF-8 JSON, or nested too deeply to parse.",
     401: "Missing, invalid or expired bearer token.",
     404: "Not found (also for resources owned by another user).",
     409: "Conflict, e.g. a run is already in progress on this session.",
-    413: "Request body too large.",
+    408: "The request body did not arrive within HTTP_BODY_TIMEOUT_SECONDS.",
+    413: "Request body too large (MAX_REQUEST_BYTES).",
     422: "Invalid request: `details` names each offending field.",
     402: "`budget_exceeded`: your daily or monthly CNY budget is used up; the message says which and when it "
     "resets (also `Retry-After`).",
@@ -85,13 +89,28 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return error_json(422, "validation_error", f"invalid request: {fields}", details=details)
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    """Every method the path takes, as the OpenAPI document lists them. Starlette's 405 names only the first
+    route that matched the path, and FastAPI makes one route per method (GET and PUT /v1/profile are two),
+    so its `Allow` was short; FastAPI's included routers keep their routes out of reach, the document not."""
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        if re.fullmatch(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)), request.url.path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")  # Starlette answers HEAD wherever it answers GET
+    return ", ".join(sorted(methods))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     message = exc.detail if isinstance(exc.detail, str) else code
     response = error_json(exc.status_code, code, message)
     if exc.headers:
         response.headers.update(exc.headers)
+    if exc.status_code == 405:
+        response.headers["Allow"] = _allowed_methods(request)
     return response
 
 

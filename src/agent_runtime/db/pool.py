@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import asyncpg
@@ -10,22 +11,27 @@ import asyncpg
 from agent_runtime.observability.tracing import trace_queries
 from agent_runtime.settings import UserQuotas
 
+# The characters `engine.text` refuses from clients (the db layer sits below the engine, so not imported).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
-def _without_nul(value: Any) -> Any:
+
+def _storable_json(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
+        return _UNSTORABLE.sub("\ufffd", value)
     if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+        return {_storable_json(k): _storable_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_without_nul(v) for v in value]
+        return [_storable_json(v) for v in value]
     return value
 
 
 def _dumps(value: Any) -> str:
-    """JSON for json/jsonb parameters. jsonb refuses NUL (U+0000), which model output or a client's free-form
-    settings may hold: such strings are stored with U+FFFD instead of failing the statement."""
+    """JSON for json/jsonb parameters. jsonb refuses NUL (U+0000) and lone surrogates, which model output may
+    hold (client text is refused before it gets here): such characters are stored as U+FFFD instead of
+    failing the statement. `json.dumps` escapes both as `\\u....`, so the walk only runs when one may be there
+    (a `\\ud...` is also how an emoji's valid surrogate pair is escaped: the walk then changes nothing)."""
     text = json.dumps(value)
-    return json.dumps(_without_nul(value)) if "\\u0000" in text else text
+    return json.dumps(_storable_json(value)) if "\\u0000" in text or "\\ud" in text else text
 
 
 async def _register_codecs(conn: asyncpg.Connection) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 import jwt
@@ -12,6 +14,39 @@ from agent_runtime.engine.errors import UnauthorizedError
 from agent_runtime.settings import Settings
 
 _ALGORITHM = "HS256"
+_TIME_CLAIMS = ("exp", "nbf", "iat")
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    claims: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in claims:
+            raise jwt.DecodeError(f"duplicate claim {key[:64]!r}")
+        claims[key] = value
+    return claims
+
+
+class _StrictJWT(jwt.PyJWT):
+    """PyJWT with the checks it leaves out: `json.loads` keeps the last of duplicate claims (so a verifier
+    and another party may read different values), and its time checks accept anything `int()` takes,
+    e.g. `"exp": "9999999999"`. `_decode_payload` is PyJWT's documented hook for this; it runs after the
+    signature check and before the claims are validated."""
+
+    def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
+        try:
+            payload = json.loads(decoded["payload"], object_pairs_hook=_refuse_duplicates)
+        except (ValueError, RecursionError) as exc:
+            raise jwt.DecodeError(f"invalid payload: {exc}") from exc
+        if not isinstance(payload, dict):
+            raise jwt.DecodeError("invalid payload: must be a JSON object")
+        for claim in _TIME_CLAIMS:
+            value = payload.get(claim)
+            if claim in payload and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise jwt.DecodeError(f"claim {claim!r} must be a number (seconds since the epoch)")
+        return payload
+
+
+_decoder = _StrictJWT()
 
 
 def mint_token(settings: Settings, user_id: UUID, *, ttl: timedelta | None = None) -> str:
@@ -32,7 +67,7 @@ def authenticate(settings: Settings, authorization: str | None) -> RequestContex
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthorizedError("Authorization header must be 'Bearer <token>'")
     try:
-        claims = jwt.decode(
+        claims = _decoder.decode(
             token.strip(),
             settings.jwt_secret.get_secret_value(),
             algorithms=[_ALGORITHM],
@@ -45,8 +80,15 @@ def authenticate(settings: Settings, authorization: str | None) -> RequestContex
     except jwt.InvalidTokenError as exc:
         # The library's message says which check failed without echoing the token.
         raise UnauthorizedError(f"invalid token: {exc}") from exc
+    return RequestContext(user_id=_user_id(claims["sub"]))
+
+
+def _user_id(sub: object) -> UUID:
+    """Only the canonical spelling (lower-case, hyphenated): one user, one `sub`, whoever compares them."""
     try:
-        user_id = UUID(str(claims["sub"]))
-    except ValueError as exc:
-        raise UnauthorizedError("invalid token: sub must be a user UUID") from exc
-    return RequestContext(user_id=user_id)
+        user_id = UUID(sub) if isinstance(sub, str) else None
+    except ValueError:
+        user_id = None
+    if user_id is None or str(user_id) != sub:
+        raise UnauthorizedError("invalid token: sub must be a user UUID in canonical form (lower-case, hyphenated)")
+    return user_id

@@ -16,7 +16,7 @@ async def get_profile(engine: Engine, ctx: Caller) -> Profile:
     return await engine.profiles.get(ctx)
 
 
-@router.put("", response_model=Profile, responses=error_responses(401, 413, 422))
+@router.put("", response_model=Profile, responses=error_responses(400, 401, 408, 413, 422))
 async def put_profile(body: ProfileUpdate, engine: Engine, ctx: Caller) -> Profile:
     """Replace the caller's profile; settings of any version are stored upgraded to the latest."""
     return await engine.profiles.put(ctx, body)

@@ -16,6 +16,7 @@ from agent_runtime.engine.runs.event_log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
 from agent_runtime.engine.runs.models import RunCancel, RunInput, RunRequest, parse_last_event_id
 from agent_runtime.engine.runs.store import RunSummary
+from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
@@ -24,7 +25,24 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
         "description": "AG-UI events as Server-Sent Events (`id: <run_id>:<seq>\\ndata: <json>\\n\\n`): "
         "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last. Resume with the last `id` at "
         "`GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "text/event-stream": {
+                # OpenAPI 3.1 without `itemSchema`: the schema describes one event of the stream.
+                "schema": {
+                    "type": "object",
+                    "required": ["data"],
+                    "properties": {
+                        "data": {
+                            "type": "string",
+                            "contentMediaType": "application/json",
+                            "description": "One AG-UI event (ag-ui-protocol) as JSON; its `type` names it.",
+                        },
+                        "id": {"type": "string", "description": "`<run_id>:<seq>`, for `Last-Event-ID`."},
+                        "event": {"type": "string", "description": "Not sent: the SSE default, `message`."},
+                    },
+                }
+            }
+        },
     }
 }
 
@@ -49,7 +67,7 @@ def _sse(handle: RunHandle) -> StreamingResponse:
 @router.post(
     "/sessions/{session_id}/runs",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 402, 404, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
     """Run the agent on a new user message; the answer streams back as AG-UI events.
@@ -87,7 +105,7 @@ async def run_events(
         str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
     ] = None,
     last_event_id_param: Annotated[
-        str | None,
+        ClientText | None,
         Query(alias="last_event_id", max_length=100, description="The same, for clients that cannot set headers."),
     ] = None,
 ) -> StreamingResponse:
@@ -117,7 +135,7 @@ async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller
 @router.post(
     "/agui",
     response_class=StreamingResponse,
-    responses={**_SSE_DOC, **error_responses(401, 402, 404, 409, 413, 422, 429, 503)},
+    responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
 async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is the session id (created on first use); messages not stored yet

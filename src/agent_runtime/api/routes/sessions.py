@@ -15,7 +15,7 @@ from agent_runtime.engine.text import ClientText
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-@router.post("", status_code=201, response_model=Session, responses=error_responses(401, 413, 422, 429))
+@router.post("", status_code=201, response_model=Session, responses=error_responses(400, 401, 408, 413, 422, 429))
 async def create_session(engine: Engine, ctx: Caller, body: SessionCreate | None = None) -> Session:
     """Create a session; billing currency (CNY) and the caller's country are frozen on it."""
     return await engine.sessions.create(ctx, body or SessionCreate())
@@ -37,7 +37,7 @@ async def get_session(session_id: UUID, engine: Engine, ctx: Caller) -> Session:
     return await engine.sessions.get(ctx, session_id)
 
 
-@router.patch("/{session_id}", response_model=Session, responses=error_responses(401, 404, 413, 422))
+@router.patch("/{session_id}", response_model=Session, responses=error_responses(400, 401, 404, 408, 413, 422))
 async def update_session(session_id: UUID, body: SessionUpdate, engine: Engine, ctx: Caller) -> Session:
     """Edit the title."""
     return await engine.sessions.update(ctx, session_id, body)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
@@ -8,6 +7,7 @@ from fastapi import APIRouter, Query
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
+from agent_runtime.api.params import Rfc3339DateTime
 from agent_runtime.engine.usage.models import SessionUsage, UsagePage
 
 router = APIRouter(prefix="/v1", tags=["usage"])
@@ -24,9 +24,12 @@ async def user_usage(
     engine: Engine,
     ctx: Caller,
     page: Paging,
-    start: Annotated[datetime | None, Query(description="Inclusive lower bound (ISO 8601).")] = None,
-    end: Annotated[datetime | None, Query(description="Exclusive upper bound (ISO 8601).")] = None,
+    start: Annotated[Rfc3339DateTime | None, Query(description="Inclusive lower bound (RFC 3339).")] = None,
+    end: Annotated[Rfc3339DateTime | None, Query(description="Exclusive upper bound (RFC 3339).")] = None,
 ) -> UsagePage:
     """The caller's totals over a date range, with a page of per-session sums (most expensive first), and what
-    remains of their daily and monthly CNY budgets now (a run past either gets 402 `budget_exceeded`)."""
+    remains of their daily and monthly CNY budgets now (a run past either gets 402 `budget_exceeded`).
+
+    422 when `start` is not before `end`.
+    """
     return await engine.usage.for_user(ctx, start=start, end=end, limit=page.limit, offset=page.offset)

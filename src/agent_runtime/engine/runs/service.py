@@ -19,7 +19,6 @@ A run's life (README "Runs under load"):
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -53,6 +52,7 @@ from agent_runtime.engine.runs.leases import LeaseKeeper
 from agent_runtime.engine.runs.models import RunInput
 from agent_runtime.engine.runs.recorder import RunRecorder
 from agent_runtime.engine.runs.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.observability import runs as observability
@@ -82,11 +82,10 @@ class RunService:
         self._sessions = sessions
         self._messages = messages
         self._templates = templates
-        self._llm: LLMClient | None = None
+        self._warmup = Warmup(settings)
         self._jobs: dict[UUID, RunJob] = {}
         # Every run task until it is done (a run leaves `_jobs` a moment earlier, before its log's last write).
         self._tasks: set[asyncio.Task[None]] = set()
-        self._warm: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         self.admission = Admission(settings.max_concurrent_runs)
@@ -107,36 +106,15 @@ class RunService:
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
-        # Built on first use: it imports LiteLLM (seconds of CPU), which `serve` must not wait for.
-        if self._llm is None:
-            self._llm = LLMClient(self._settings)
-        return self._llm
+        return self._warmup.client()
 
     @property
     def warm(self) -> bool:
-        return self._warm is not None and self._warm.done() and not self._warm.cancelled()
+        return self._warmup.done
 
     def ensure_warm(self) -> asyncio.Task[None]:
         """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""
-        if self._warm is None:
-            self._warm = asyncio.create_task(self._warm_up(), name="warm-up")
-        return self._warm
-
-    async def _warm_up(self) -> None:
-        """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
-        (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai_env import load_crewai
-
-        # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
-        # work that neither library offers an async way to do; a worker thread keeps the loop serving
-        # requests meanwhile (the import lock makes a concurrent first run simply wait).
-        await asyncio.to_thread(load_crewai, self._settings.data_dir)
-        await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
-        await asyncio.to_thread(self._client)
-        # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
-        # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
-        # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
-        gc.freeze()
+        return self._warmup.ensure()
 
     # -- start ---------------------------------------------------------------------------------------
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from agent_runtime.engine.text import ClientText
 
@@ -42,6 +43,14 @@ class Session(BaseModel):
     updated_at: datetime
 
 
+# Unicode White_Space, spelled out: Python's `str.split()`, ECMA's and Rust's `\s` each differ a little, and
+# the OpenAPI pattern below must mean exactly what the check means for every client and validator.
+_SPACE = "\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_SPACES = re.compile(f"[{_SPACE}]+")
+# Something besides spaces, and no NUL.
+TITLE_SCHEMA: dict[str, JsonValue] = {"pattern": f"^[^\\u0000]*[^{_SPACE}\\u0000][^\\u0000]*$"}
+
+
 class _TitleInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,7 +59,7 @@ class _TitleInput(BaseModel):
     def _normalize_title(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        normalized = " ".join(value.split())
+        normalized = _SPACES.sub(" ", value).strip(" ")
         if not normalized:
             raise ValueError("title must not be blank")
         return normalized
@@ -58,9 +67,14 @@ class _TitleInput(BaseModel):
 
 class SessionCreate(_TitleInput):
     title: ClientText | None = Field(
-        default=None, max_length=200, description="Optional; else set from the first message."
+        default=None,
+        max_length=200,
+        description="Optional; else set from the first message. Spaces are collapsed; blank is refused.",
+        json_schema_extra=TITLE_SCHEMA,
     )
 
 
 class SessionUpdate(_TitleInput):
-    title: ClientText = Field(max_length=200)
+    title: ClientText = Field(
+        max_length=200, description="Spaces are collapsed; blank is refused.", json_schema_extra=TITLE_SCHEMA
+    )

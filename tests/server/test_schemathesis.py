@@ -1,0 +1,46 @@
+"""`schemathesis run` against the live server's /openapi.json, with a valid token and every check: no 5xx, no
+response the document does not describe, no valid request refused, no invalid one accepted. All phases run
+(examples, coverage, fuzzing, stateful), fuzzing bounded by MAX_EXAMPLES per operation, with a fixed seed so
+that CI is reproducible (another seed explores other inputs: `SCHEMATHESIS_SEED=... uv run pytest ...`).
+
+Runs reach the offline demo model, so the run endpoint takes part like any other. Not covered yet:
+`POST /v1/agui`, whose input (ag-ui-protocol's RunAgentInput) is being reworked on the `agui` branch;
+today a schema-valid body such as `"threadId": ""` gets a 422 the document does not announce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from tests.server.conftest import bearer_token
+from tests.support.serve import ServeProcess
+
+# The checkout (the tests, and the schemathesis config, live in it).
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+MAX_EXAMPLES = 10
+NOT_COVERED_YET = ["/v1/agui"]
+
+
+async def test_schemathesis_finds_nothing(warm_server: ServeProcess) -> None:
+    seed = os.environ.get("SCHEMATHESIS_SEED", "20261130")
+    command = [
+        *(sys.executable, "-c", "from schemathesis.cli import schemathesis; schemathesis()"),
+        *("--config-file", str(PROJECT_ROOT / "tests" / "schemathesis.toml"), "--no-color"),
+        *("run", f"{warm_server.base_url}/openapi.json"),
+        *("--header", f"Authorization: Bearer {bearer_token()}", "--checks", "all"),
+        *("--max-examples", str(MAX_EXAMPLES), "--seed", seed, "--generation-database", "none"),
+        *(arg for path in NOT_COVERED_YET for arg in ("--exclude-path", path)),
+    ]
+    # The hooks module (custom formats) is imported by name: the repository root must be importable.
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+    proc = await asyncio.create_subprocess_exec(
+        *command, cwd=PROJECT_ROOT, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output = (await asyncio.wait_for(proc.communicate(), timeout=600))[0].decode()
+    assert proc.returncode == 0, output[-6000:]
+    assert " passed" in output and "failures" not in output, output[-3000:]
