@@ -14,7 +14,13 @@ from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.runs.event_log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
-from agent_runtime.engine.runs.models import RunCancel, RunInput, RunRequest, parse_last_event_id
+from agent_runtime.engine.runs.models import (
+    LAST_EVENT_ID_PATTERN,
+    RunCancel,
+    RunInput,
+    RunRequest,
+    parse_last_event_id,
+)
 from agent_runtime.engine.runs.store import RunSummary
 from agent_runtime.engine.text import ClientText
 
@@ -102,11 +108,20 @@ async def run_events(
     engine: Engine,
     ctx: StreamCaller,
     last_event_id: Annotated[
-        str | None, Header(alias="Last-Event-ID", description="`<run_id>:<seq>`: resume after this event.")
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            pattern=LAST_EVENT_ID_PATTERN,
+            description="`<run_id>:<seq>` (this run's id): resume after this event.",
+        ),
     ] = None,
     last_event_id_param: Annotated[
         ClientText | None,
-        Query(alias="last_event_id", max_length=100, description="The same, for clients that cannot set headers."),
+        Query(
+            alias="last_event_id",
+            pattern=LAST_EVENT_ID_PATTERN,
+            description="The same, for clients that cannot set headers.",
+        ),
     ] = None,
 ) -> StreamingResponse:
     """Resume (or watch) a run's stream from any replica: with `Last-Event-ID` the events after it, without it

@@ -45,6 +45,8 @@ class RunInput(BaseModel):
 
 
 _MAX_EVENT_SEQ = 2_147_483_647
+# What our SSE frames' `id:` lines carry (the run id must also be the run's: checked by parse_last_event_id).
+LAST_EVENT_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]{1,10}$"
 
 
 def parse_last_event_id(run_id: UUID, raw: str | None, *, where: list[str | int]) -> int:

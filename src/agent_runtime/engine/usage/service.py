@@ -10,7 +10,7 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import ValidationFailedError
+from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.sessions.service import session_not_found
 from agent_runtime.engine.usage.models import (
     BudgetStatus,
@@ -95,7 +95,9 @@ class UsageService:
         self, ctx: RequestContext, *, start: datetime | None, end: datetime | None, limit: int, offset: int
     ) -> UsagePage:
         if start is not None and end is not None and start >= end:
-            raise ValidationFailedError("start must be before end")
+            raise ValidationFailedError(
+                "start must be before end", details=[ErrorDetail(loc=["query", "end"], msg="must be after start")]
+            )
         async with self._pool.acquire() as conn:
             totals = await conn.fetchrow(
                 f"""
