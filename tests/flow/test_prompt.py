@@ -24,7 +24,7 @@ from agent_runtime.engine.flow.templates import (
     load_flow_templates,
 )
 from agent_runtime.engine.profiles.models import PreferenceSettings, ProfileSettingsV1, UserAgentContext
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_config_dir
 
 MAX_PROFILE_JSON_LINE = 2048
 
@@ -55,7 +55,7 @@ def _profile(prompt: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def templates() -> FlowTemplates:
-    return load_flow_templates(PROJECT_ROOT / "config" / "crewai")
+    return load_flow_templates(default_config_dir() / "crewai")
 
 
 def test_plain_profile_prompt_whole_text() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
+from agent_runtime.observability import metrics
+from agent_runtime.observability.tracing import COST_ATTRIBUTE, mark_failed, model_call_span
 from agent_runtime.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -30,6 +33,7 @@ class _Progress:
 
     delivered: bool = False
     in_callback: bool = False
+    first_text: bool = False
 
 
 def _provider_chunks(stream: Any) -> Any:
@@ -100,7 +104,7 @@ class LLMClient:
                 raw = await self._acompletion(**kwargs)
             return self._response(target, parse_completion(raw))
 
-        return await self._with_retries(target, attempt)
+        return await self._observed(target, attempt, streaming=False)
 
     async def complete_streaming(self, request: LLMRequest, on_delta: OnDelta | None = None) -> LLMResponse:
         """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response.
@@ -110,6 +114,8 @@ class LLMClient:
         target = self.builder.target(request.model)
         kwargs = self.builder.kwargs(request, target, stream=True)
 
+        started = time.perf_counter()
+
         async def attempt(progress: _Progress) -> LLMResponse:
             accumulator = StreamAccumulator()
             async with asyncio.timeout(self._timeout):
@@ -117,6 +123,9 @@ class LLMClient:
             try:
                 async for chunk in _provider_chunks(chunks):
                     text = accumulator.feed_text(chunk)
+                    if text and not progress.first_text:
+                        progress.first_text = True
+                        metrics.model_first_token(target.model, time.perf_counter() - started)
                     if text and on_delta is not None:
                         progress.delivered = progress.in_callback = True
                         await on_delta(text)
@@ -125,7 +134,7 @@ class LLMClient:
                 await _close(chunks)
             return self._response(target, accumulator.finish())
 
-        return await self._with_retries(target, attempt)
+        return await self._observed(target, attempt, streaming=True)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
         """Text and tool-call deltas as they arrive, then one `LLMStreamEnd` with the whole response."""
@@ -155,6 +164,37 @@ class LLMClient:
                 return
             await self._backoff(target, error, retries)
             retries += 1
+
+    async def _observed(
+        self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]], *, streaming: bool
+    ) -> LLMResponse:
+        """The call with its retries, as one span and one metrics sample (outcome, latency, tokens, cost)."""
+        started = time.perf_counter()
+        with model_call_span(target.model, streaming=streaming) as span:
+            try:
+                response = await self._with_retries(target, attempt)
+            except LLMError as exc:
+                metrics.model_call(target.model, time.perf_counter() - started, error_code=exc.code)
+                mark_failed(span, exc.code)
+                raise
+            except asyncio.CancelledError:
+                metrics.model_call(target.model, time.perf_counter() - started, error_code="cancelled")
+                raise
+            except Exception:
+                # What escapes unmapped is the caller's own on_delta failing (see complete_streaming).
+                metrics.model_call(target.model, time.perf_counter() - started, error_code="callback_error")
+                raise
+            metrics.model_call(target.model, time.perf_counter() - started, cost=response.cost)
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": response.cost.input_tokens,
+                    "gen_ai.usage.output_tokens": response.cost.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": response.cost.cache_hit_tokens or 0,
+                    "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
+                    COST_ATTRIBUTE: float(response.cost.cost),
+                }
+            )
+            return response
 
     async def _with_retries(
         self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]]

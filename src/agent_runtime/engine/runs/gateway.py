@@ -17,6 +17,7 @@ from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.partial_text import AssistantTextExtractor
 from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolResultRecord
+from agent_runtime.observability.runs import current_run
 
 # Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
 ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
@@ -94,6 +95,8 @@ class RunGateway:
         self._recorder = recorder
         self._model = model
         self._answer = _AnswerMessage(events, answer_message_id)
+        # Built in the run's task: the observation that times its first token.
+        self._run = current_run()
         self._stage: str | None = None
         self.responses: list[LLMResponse] = []
 
@@ -136,6 +139,8 @@ class RunGateway:
             async def on_delta(text: str) -> None:
                 if extractor.feed(text):
                     self._answer.show(extractor.emitted)
+                    if self._run is not None:
+                        self._run.first_token()
 
             response = await self._llm.complete_streaming(request, on_delta)
         else:
@@ -172,3 +177,5 @@ class RunGateway:
         """Emit whatever of the final answer was not streamed (e.g. a provider that did not stream)."""
         self._answer.show(text)
         self._events.text_end()
+        if self._run is not None:
+            self._run.first_token()

@@ -55,6 +55,7 @@ from agent_runtime.engine.runs.store import RunEnd, RunIdTakenError, RunStore
 from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.models import UsageTotals
+from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ class RunService:
     async def _execute(self, job: RunJob) -> None:
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
+        observability.run_began(run_id, str(job.session_id))
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
         try:
             try:
@@ -193,6 +195,7 @@ class RunService:
                     rows = await self._run_flow(job, job.gateway, recorder)
             except BaseException as exc:
                 if job.stop_reason is CANCELLED:
+                    observability.run_cancelled()
                     await self._cancelled(job, recorder)
                     return
                 failure = job.stop_reason or RunFailure.of(exc)
@@ -207,6 +210,7 @@ class RunService:
                 lost = RunFailure("internal_error", "the run's result could not be stored")
                 await self._fail(job, lost, [], None)
                 return
+            observability.run_completed()
             self._announce(job, end)
         finally:
             self._jobs.pop(job.run_id, None)
@@ -307,6 +311,7 @@ class RunService:
 
     async def _fail(self, job: RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
         error_id = uuid4().hex
+        observability.run_failed(failure.code, error_id)
         log.error(
             "run failed",
             exc_info=exc if failure.code == "internal_error" else None,
