@@ -147,6 +147,10 @@ def child_env(scratch: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(scratch / "src"), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    # Data files must come from the copy (agent_runtime/resources.py falls back to the tree the package is
+    # imported from); a setting pointing elsewhere would test the unmutated migrations or config.
+    for name in ("MIGRATIONS_DIR", "CONFIG_DIR", "CREWAI_CONFIG_DIR", "PRICING_FILE"):
+        env.pop(name, None)
     env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     return env
 
