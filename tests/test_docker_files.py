@@ -332,7 +332,11 @@ def test_dockerfile_runtime_contract() -> None:
     for setting in ("PYTHONUNBUFFERED=1", "HOST=0.0.0.0", "PORT=8000"):
         assert setting in text, setting
     assert "uv sync --frozen --no-dev --no-install-project" in text  # dependency layer first
-    assert re.search(r"uv sync --frozen --no-dev\s*$", text, re.MULTILINE)  # then the project
+    # then the project as a wheel, with its data files inside: the runtime stage gets no source tree
+    assert "uv build --wheel" in text and re.search(r"uv pip install .*--no-deps \S+\.whl", text)
+    final_stage = instructions[max(i for i, (kw, _) in enumerate(instructions) if kw == "FROM") :]
+    runtime_copies = [args for kw, args in final_stage if kw == "COPY"]
+    assert runtime_copies == ["--from=builder /app/.venv /app/.venv"], runtime_copies
     assert "ghcr.io" not in text
 
 
@@ -420,3 +424,65 @@ def test_copy_sources_exist() -> None:
         # lacks it and `docker build` would fail at `COPY config/`. Visible in the -ra summary.
         pytest.skip("config/ is absent from this checkout: `docker build` would fail at COPY config/")
     assert not missing, f"Dockerfile COPYs paths that do not exist: {missing}"
+
+
+# --------------------------------------------------------------------------- observability profile
+
+OBSERVABILITY = ROOT / "docker" / "observability"
+
+
+@pytest.fixture(scope="module")
+def observability_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    home = tmp_path_factory.mktemp("home")
+    result = run_compose(COMPOSE_FILE, "--profile", "observability", "config", "--format", "json", home=home)
+    assert result.returncode == 0, result.stderr
+    config: dict[str, Any] = json.loads(result.stdout)
+    return config
+
+
+def test_observability_profile_adds_prometheus_and_grafana(observability_config: dict[str, Any]) -> None:
+    services = observability_config["services"]
+    assert set(services) == {"postgres", "agent-runtime", "prometheus", "grafana"}
+    for name in ("prometheus", "grafana"):
+        assert services[name]["profiles"] == ["observability"]
+        assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", services[name]["image"]), services[name]["image"]
+        assert all(p.get("host_ip") == "127.0.0.1" for p in services[name]["ports"]), services[name]["ports"]
+        for volume in services[name]["volumes"]:
+            if volume["type"] == "bind":
+                assert Path(volume["source"]).exists(), volume["source"]
+                assert volume.get("read_only") is True, volume
+    mounts = {v["target"]: Path(v["source"]) for v in services["prometheus"]["volumes"] if v["type"] == "bind"}
+    assert mounts["/etc/prometheus/prometheus.yml"].resolve() == OBSERVABILITY / "prometheus.yml"
+
+
+def test_prometheus_scrapes_the_service() -> None:
+    config = yaml.safe_load((OBSERVABILITY / "prometheus.yml").read_text(encoding="utf-8"))
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"] == [{"targets": ["agent-runtime:8000"]}]
+
+
+def test_grafana_is_provisioned_with_the_dashboard() -> None:
+    provisioning = OBSERVABILITY / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"]
+    assert (source["uid"], source["url"]) == ("prometheus", "http://prometheus:9090")
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "agent-runtime.yml").read_text())["providers"]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+
+
+def test_dashboard_queries_name_only_metrics_the_service_exports() -> None:
+    from agent_runtime.observability.metrics import exposition
+
+    exported = set(re.findall(r"^# TYPE (agent_runtime_\w+) (\w+)", exposition().decode(), re.MULTILINE))
+    names = {name for name, _ in exported}
+    # Counters are exposed with _total, histograms with _bucket/_sum/_count.
+    names |= {f"{n}_total" for n, kind in exported if kind == "counter"}
+    names |= {f"{n}_{s}" for n, kind in exported if kind == "histogram" for s in ("bucket", "sum", "count")}
+    dashboard = json.loads((OBSERVABILITY / "grafana" / "dashboards" / "agent-runtime.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\bagent_runtime_\w+", e)}
+    assert used and not used - names, sorted(used - names)
+    titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
+    for topic in ("runs finished per second", "run duration", "tokens per hour", "cny per hour", "cache-hit", "error"):
+        assert topic in titles, topic
+    assert all(t["datasource"]["uid"] == "prometheus" for p in dashboard["panels"] for t in p["targets"])

@@ -95,6 +95,6 @@ def test_the_cli_stops_with_the_reason(clean_env: pytest.MonkeyPatch) -> None:
     finally:
         get_settings.cache_clear()
     assert stopped.value.code == (
-        "invalid configuration:\n"
-        "  settings: Value error, JWT_SECRET must be set to a real secret when ENVIRONMENT=production"
+        "invalid configuration: settings: Value error, "
+        "JWT_SECRET must be set to a real secret when ENVIRONMENT=production"
     )

@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 from uuid import UUID
 
 if TYPE_CHECKING:
     from agent_runtime.settings import Settings
 
+_T = TypeVar("_T")
 
-def _settings_or_exit() -> object:
+
+def _settings_or_exit(**overrides: object) -> Settings:
     from pydantic import ValidationError
 
-    from agent_runtime.settings import get_settings
+    from agent_runtime.settings import load_settings
 
     try:
-        return get_settings()
+        return load_settings(**{name: value for name, value in overrides.items() if value is not None})
     except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']).upper() or 'settings'}: {e['msg']}" for e in exc.errors()]
-        sys.exit("invalid configuration:\n" + "\n".join(lines))
+        problems = [f"{'.'.join(str(p) for p in e['loc']).upper() or 'settings'}: {e['msg']}" for e in exc.errors()]
+        sys.exit("invalid configuration: " + "; ".join(problems))
 
 
 def _config_or_exit(settings: Settings) -> None:
@@ -35,26 +39,62 @@ def _config_or_exit(settings: Settings) -> None:
         sys.exit(f"invalid configuration: {exc}")
 
 
+def _or_exit(settings: Settings, step: Callable[[], _T]) -> _T:
+    """Run a start-up step; a failure one line can explain ends the command with that line (exit 1), the
+    traceback only with LOG_LEVEL=DEBUG."""
+    from agent_runtime.db.embedded import EmbeddedStartError
+    from agent_runtime.db.migrations import MigrationError
+    from agent_runtime.preflight import StartupError, describe_database_error
+
+    try:
+        return step()
+    except (StartupError, EmbeddedStartError, MigrationError) as exc:
+        message = str(exc) if not isinstance(exc, EmbeddedStartError) else f"DATA_DIR: {exc}"
+        failure: BaseException = exc
+    except Exception as exc:
+        described = describe_database_error(exc)
+        if described is None:
+            raise
+        message, failure = described, exc
+    if settings.log_level == "DEBUG":
+        traceback.print_exception(failure)
+    sys.exit(f"agent-runtime: cannot start: {message}")
+
+
 def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agent_runtime.preflight import check_database, check_port_free
+
+    settings = _settings_or_exit(host=args.host, port=args.port)
+
+    def preflight() -> None:
+        # Before the embedded database starts or migrations run: these fail in milliseconds, with a hint.
+        check_port_free(settings.host, settings.port, "PORT")
+        if settings.metrics_enabled and settings.metrics_port is not None:
+            check_port_free(settings.host, settings.metrics_port, "METRICS_PORT")
+        if settings.database_url is not None:
+            asyncio.run(check_database(settings.database_url))
+
+    # First, before the slow imports below: a wrong port or database URL is reported in a fraction of a second.
+    _or_exit(settings, preflight)
+
     import uvicorn
 
     from agent_runtime.api.app import create_app
     from agent_runtime.api.server import DrainingServer, graceful_shutdown_seconds
     from agent_runtime.api.transport import uvicorn_limits
     from agent_runtime.logging_setup import configure_logging
-    from agent_runtime.settings import Settings
+    from agent_runtime.observability.tracing import configure_tracing
 
-    settings = _settings_or_exit()
-    assert isinstance(settings, Settings)
     _config_or_exit(settings)
     configure_logging(settings.log_level)
-    host = args.host or settings.host
-    port = args.port or settings.port
+    configure_tracing(settings)
     if settings.database_url is None:
         print(f"agent-runtime: DATABASE_URL unset, embedded PostgreSQL data in {settings.data_dir / 'pgdata'}")
     if settings.is_demo_model:
         print("agent-runtime: no LLM key set, answers come from the OFFLINE DEMO MODEL (demo/agent)")
-    print(f"agent-runtime: http://{host}:{port}/docs")
+    print(f"agent-runtime: http://{settings.host}:{settings.port}/docs")
     sys.stdout.flush()
     # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
     # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
@@ -68,8 +108,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=settings.host,
+        port=settings.port,
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
@@ -83,18 +123,22 @@ def _migrate(_: argparse.Namespace) -> int:
     import asyncio
 
     from agent_runtime.db.embedded import EmbeddedPostgres
-    from agent_runtime.db.migrations import apply_migrations
-    from agent_runtime.settings import Settings
+    from agent_runtime.db.migrations import MigrationReport, apply_migrations
+    from agent_runtime.logging_setup import configure_logging
 
     settings = _settings_or_exit()
-    assert isinstance(settings, Settings)
-    embedded = EmbeddedPostgres(settings.data_dir) if settings.database_url is None else None
-    dsn = settings.database_url or (embedded.start() if embedded else "")
-    try:
-        report = asyncio.run(apply_migrations(dsn))
-    finally:
-        if embedded is not None:
-            embedded.stop()
+    configure_logging(settings.log_level)
+
+    def migrate() -> MigrationReport:
+        embedded = EmbeddedPostgres(settings.data_dir) if settings.database_url is None else None
+        dsn = settings.database_url or (embedded.start() if embedded else "")
+        try:
+            return asyncio.run(apply_migrations(dsn, settings.migrations_dir))
+        finally:
+            if embedded is not None:
+                embedded.stop()
+
+    report = _or_exit(settings, migrate)
     print(f"applied: {', '.join(report.applied) or 'none'}; already applied: {len(report.already_applied)}")
     return 0
 
@@ -103,10 +147,8 @@ def _token(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     from agent_runtime.engine.auth import mint_token
-    from agent_runtime.settings import Settings
 
     settings = _settings_or_exit()
-    assert isinstance(settings, Settings)
     print(mint_token(settings, args.user, ttl=timedelta(seconds=args.ttl) if args.ttl else None))
     return 0
 
@@ -136,7 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result: int = args.func(args)
+    try:
+        result: int = args.func(args)
+    except KeyboardInterrupt:
+        # Ctrl-C before the server took over the signal (during start-up), or the SIGINT uvicorn re-raises
+        # after a clean shutdown: nothing is left to stop, and a traceback would only look like a crash.
+        return 130
     return result
 
 

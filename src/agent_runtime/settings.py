@@ -5,18 +5,17 @@ from __future__ import annotations
 from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agent_runtime.resources import default_config_dir, default_migrations_dir
 
 DEV_JWT_SECRET = "dev-insecure-secret-change-me-0123456789"
 # RFC 7518 section 3.2: an HS256 key must be at least as long as the hash output (256 bits).
 MIN_JWT_SECRET_BYTES = 32
 DEMO_MODEL = "demo/agent"
-
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _default_data_dir() -> Path:
@@ -75,7 +74,11 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_base_seconds: float = Field(default=0.5, ge=0)
     llm_retry_max_seconds: float = Field(default=8.0, ge=0)
-    pricing_file: Path = PROJECT_ROOT / "config" / "pricing.yaml"
+    # Data files: CONFIG_DIR holds pricing.yaml and crewai/ (default: the copy shipped in the package, see
+    # resources.py); PRICING_FILE and CREWAI_CONFIG_DIR point at one of them elsewhere.
+    config_dir: Path = Field(default_factory=default_config_dir)
+    pricing_file: Path
+    migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
     memory_max_messages: int = Field(default=20, ge=1)
     memory_max_tokens: int = Field(default=8000, ge=1)
@@ -84,7 +87,7 @@ class Settings(BaseSettings):
     memory_summary: bool | None = None
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 
-    crewai_config_dir: Path = PROJECT_ROOT / "config" / "crewai"
+    crewai_config_dir: Path
     run_timeout_seconds: float = Field(default=300.0, gt=0)
     # Shutdown can take twice this plus 5 s (streams, then runs): keep the orchestrator's stop grace above it.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
@@ -104,12 +107,23 @@ class Settings(BaseSettings):
     user_daily_budget_cny: Decimal = Field(default=Decimal("5"), ge=0, max_digits=20, decimal_places=10)
     user_monthly_budget_cny: Decimal = Field(default=Decimal("50"), ge=0, max_digits=20, decimal_places=10)
 
+    # Prometheus metrics: GET /metrics on the service's port, or on METRICS_PORT only (its own listener).
+    metrics_enabled: bool = True
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    # OpenTelemetry traces, off unless one of the two is set (the standard variables of the OTel SDK).
+    otel_exporter_otlp_endpoint: str | None = None
+    otel_traces_exporter: Literal["otlp", "console", "none"] | None = None
+    otel_service_name: str = "agent-runtime"
+
     @field_validator(
         "llm_model",
         "llm_api_base",
         "database_url",
         "jwt_issuer",
         "jwt_audience",
+        "otel_exporter_otlp_endpoint",
+        "otel_traces_exporter",
+        "metrics_port",
         "memory_summary",
         "deepseek_api_key",
         "openai_api_key",
@@ -119,6 +133,22 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         # The same rule as env_ignore_empty, for values passed as arguments.
         return None if value == "" else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql:// (or postgres://) URL")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_files_default_to_config_dir(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            base = Path(data.get("config_dir") or default_config_dir())
+            data.setdefault("pricing_file", base / "pricing.yaml")
+            data.setdefault("crewai_config_dir", base / "crewai")
+        return data
 
     @field_validator("jwt_secret", mode="before")
     @classmethod
@@ -184,17 +214,37 @@ class Settings(BaseSettings):
         return self.effective_llm_model.startswith("demo/")
 
 
+def find_env_file(start: Path | None = None) -> Path | None:
+    """The `.env` to read: in the current directory, else in the nearest parent that is the project's root
+    (holds pyproject.toml or .git), so commands run from a subdirectory of a checkout read the same file.
+    No search past that root: a stray ~/.env must not configure the service."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / ".env"
+        if candidate.is_file():
+            return candidate
+        if (directory / "pyproject.toml").is_file() or (directory / ".git").exists():
+            return None
+    return None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the environment and the project's `.env`; `overrides` (e.g. `--port`) win and are validated."""
+    return Settings(_env_file=find_env_file(), **overrides)
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()
 
 
 __all__ = [
     "DEMO_MODEL",
     "DEV_JWT_SECRET",
     "MIN_JWT_SECRET_BYTES",
-    "PROJECT_ROOT",
     "Settings",
     "UserQuotas",
+    "find_env_file",
     "get_settings",
+    "load_settings",
 ]

@@ -7,6 +7,7 @@ import httpx
 import jwt
 import pytest
 from tests.conftest import TEST_JWT_SECRET
+from tests.support.errors import error_body
 
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.settings import Settings
@@ -35,8 +36,10 @@ async def test_missing_token_is_401(client: httpx.AsyncClient, method: str, path
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
 async def test_bad_token_is_401(client: httpx.AsyncClient, method: str, path: str) -> None:
     response = await client.request(method, path, headers={"Authorization": "Bearer not-a-jwt"})
-    assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthorized"
+    assert (response.status_code, response.json()) == (
+        401,
+        error_body(response, "unauthorized", "invalid token: Not enough segments"),
+    )
 
 
 def _token(claims: dict[str, object], secret: str = TEST_JWT_SECRET) -> dict[str, str]:
@@ -53,14 +56,20 @@ async def test_expired_token_is_401(client: httpx.AsyncClient, settings: Setting
 async def test_wrong_secret_sub_and_scheme_are_401(client: httpx.AsyncClient) -> None:
     exp = 4_102_444_800
     cases = [
-        _token({"sub": str(uuid4()), "exp": exp}, secret="another-secret-another-secret-1234"),
-        _token({"sub": "not-a-uuid", "exp": exp}),
-        _token({"sub": str(uuid4())}),  # no exp
-        {"Authorization": "Basic dXNlcjpwYXNz"},
+        (
+            _token({"sub": str(uuid4()), "exp": exp}, secret="another-secret-another-secret-1234"),
+            "invalid token: Signature verification failed",
+        ),
+        (
+            _token({"sub": "not-a-uuid", "exp": exp}),
+            "invalid token: sub must be a user UUID in canonical form (lower-case, hyphenated)",
+        ),
+        (_token({"sub": str(uuid4())}), 'invalid token: Token is missing the "exp" claim'),
+        ({"Authorization": "Basic dXNlcjpwYXNz"}, "Authorization header must be 'Bearer <token>'"),
     ]
-    for headers in cases:
+    for headers, message in cases:
         response = await client.get("/v1/profile", headers=headers)
-        assert response.status_code == 401, headers
+        assert (response.status_code, response.json()) == (401, error_body(response, "unauthorized", message))
 
 
 async def test_issuer_and_audience_checked_when_configured(settings: Settings) -> None:
@@ -77,8 +86,14 @@ async def test_issuer_and_audience_checked_when_configured(settings: Settings) -
 
 
 async def test_health_and_docs_are_public(client: httpx.AsyncClient) -> None:
-    for path in ("/health/live", "/health/ready", "/docs", "/openapi.json"):
-        assert (await client.get(path)).status_code == 200, path
+    live, ready = await client.get("/health/live"), await client.get("/health/ready")
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+    # The readiness body as a whole is test_health_and_http's; here: answered, without a token.
+    assert (ready.status_code, ready.json()["status"], ready.json()["database"]) == (200, "ok", "ok")
+    docs, spec = await client.get("/docs"), await client.get("/openapi.json")
+    assert (docs.status_code, docs.headers["content-type"]) == (200, "text/html; charset=utf-8")
+    assert "/openapi.json" in docs.text
+    assert (spec.status_code, spec.json()["info"]["title"]) == (200, "agent-runtime")
 
 
 def _signed(payload: bytes, secret: str = TEST_JWT_SECRET) -> dict[str, str]:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import httpx
 from tests.conftest import User
+from tests.support.errors import error_body
 
 
 async def test_live(client: httpx.AsyncClient) -> None:
@@ -34,8 +35,8 @@ async def test_unknown_route_is_json_404(client: httpx.AsyncClient) -> None:
 
 async def test_method_not_allowed_is_json(client: httpx.AsyncClient) -> None:
     response = await client.put("/health/live")
-    assert response.status_code == 405
-    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert (response.status_code, response.headers["allow"]) == (405, "GET, HEAD")
+    assert response.json() == error_body(response, "method_not_allowed", "Method Not Allowed")
 
 
 async def test_request_id_generated_when_absent_or_invalid(client: httpx.AsyncClient) -> None:
@@ -49,8 +50,10 @@ async def test_request_id_generated_when_absent_or_invalid(client: httpx.AsyncCl
 async def test_body_over_limit_is_413(client: httpx.AsyncClient, user: User) -> None:
     big = {"username": "x", "bio": "y" * 2_000_000}
     response = await client.put("/v1/profile", json=big, headers=user.headers)
-    assert response.status_code == 413
-    assert response.json()["error"]["code"] == "payload_too_large"
+    assert (response.status_code, response.json()) == (
+        413,
+        error_body(response, "payload_too_large", "request body exceeds 1048576 bytes"),
+    )
 
 
 async def test_chunked_body_over_limit_is_413(client: httpx.AsyncClient, user: User) -> None:
@@ -61,7 +64,10 @@ async def test_chunked_body_over_limit_is_413(client: httpx.AsyncClient, user: U
     response = await client.put(
         "/v1/profile", content=chunks(), headers={**user.headers, "content-type": "application/json"}
     )
-    assert response.status_code == 413
+    assert (response.status_code, response.json()) == (
+        413,
+        error_body(response, "payload_too_large", "request body exceeds 1048576 bytes"),
+    )
 
 
 async def test_malformed_json_is_422_naming_body(client: httpx.AsyncClient, user: User) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncpg
 import httpx
+import pytest
 from tests.conftest import User
 
 DEFAULT_SETTINGS = {
@@ -108,7 +109,25 @@ async def test_invalid_settings_are_422_naming_the_field(client: httpx.AsyncClie
         assert ["body", "settings", 2, "preferences", field] in locs, locs
 
 
-async def test_unknown_version_and_field_rejected(client: httpx.AsyncClient, user: User) -> None:
-    for body in ({"settings": {"version": 9}}, {"nickname": "x"}, {"username": "x" * 65}):
-        response = await client.put("/v1/profile", json=body, headers=user.headers)
-        assert response.status_code == 422, body
+@pytest.mark.parametrize(
+    ("body", "loc", "kind"),
+    [
+        pytest.param({"settings": {"version": 9}}, ["body", "settings"], "union_tag_invalid", id="unknown-version"),
+        pytest.param({"nickname": "x"}, ["body", "nickname"], "extra_forbidden", id="unknown-field"),
+        pytest.param({"username": "x" * 65}, ["body", "username"], "string_too_long", id="username-too-long"),
+    ],
+)
+async def test_unknown_version_and_field_rejected(
+    client: httpx.AsyncClient, user: User, body: dict[str, object], loc: list[str], kind: str
+) -> None:
+    response = await client.put("/v1/profile", json=body, headers=user.headers)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert [(d["loc"], d["type"]) for d in error["details"]] == [(loc, kind)]
+    assert {k: v for k, v in error.items() if k != "details"} == {
+        "code": "validation_error",
+        "message": f"invalid request: {'.'.join(loc)}",
+        "request_id": response.headers["x-request-id"],
+        "error_id": None,
+    }
+    assert (await client.get("/v1/profile", headers=user.headers)).json()["created_at"] is None  # nothing stored

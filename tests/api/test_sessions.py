@@ -6,6 +6,7 @@ from uuid import uuid4
 import httpx
 import pytest
 from tests.conftest import User
+from tests.support.errors import error_body
 
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
@@ -62,11 +63,22 @@ async def test_list_newest_first_paginated_and_searchable(client: httpx.AsyncCli
     assert past_end == {"items": [], "total": 6, "limit": 20, "offset": 100}
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=-1", "limit=101", "offset=-1", "limit=abc"])
-async def test_bad_paging_is_422(client: httpx.AsyncClient, user: User, query: str) -> None:
+@pytest.mark.parametrize(
+    ("query", "field", "kind"),
+    [
+        ("limit=0", "limit", "greater_than_equal"),
+        ("limit=-1", "limit", "greater_than_equal"),
+        ("limit=101", "limit", "less_than_equal"),
+        ("offset=-1", "offset", "greater_than_equal"),
+        ("limit=abc", "limit", "int_parsing"),
+    ],
+)
+async def test_bad_paging_is_422(client: httpx.AsyncClient, user: User, query: str, field: str, kind: str) -> None:
     response = await client.get(f"/v1/sessions?{query}", headers=user.headers)
     assert response.status_code == 422
-    assert response.json()["error"]["details"][0]["loc"][0] == "query"
+    error = response.json()["error"]
+    assert [(d["loc"], d["type"]) for d in error["details"]] == [(["query", field], kind)]
+    assert (error["code"], error["message"]) == ("validation_error", f"invalid request: query.{field}")
 
 
 async def test_patch_and_delete(client: httpx.AsyncClient, user: User, engine: RuntimeEngine) -> None:
@@ -74,13 +86,19 @@ async def test_patch_and_delete(client: httpx.AsyncClient, user: User, engine: R
     sid = session["id"]
     patched = await client.patch(f"/v1/sessions/{sid}", json={"title": "Renamed"}, headers=user.headers)
     assert patched.status_code == 200 and patched.json()["title"] == "Renamed"
-    assert (await client.patch(f"/v1/sessions/{sid}", json={}, headers=user.headers)).status_code == 422
+    empty = await client.patch(f"/v1/sessions/{sid}", json={}, headers=user.headers)
+    assert (empty.status_code, [(d["loc"], d["type"]) for d in empty.json()["error"]["details"]]) == (
+        422,
+        [(["body", "title"], "missing")],
+    )
     await engine.messages.append_one(user.ctx, sid, NewMessage(role="user", content="hi", metadata=UserInputMetadata()))  # type: ignore[arg-type]
     deleted = await client.delete(f"/v1/sessions/{sid}", headers=user.headers)
     assert deleted.status_code == 204 and deleted.content == b""
-    assert (await client.get(f"/v1/sessions/{sid}", headers=user.headers)).status_code == 404
+    gone = await client.get(f"/v1/sessions/{sid}", headers=user.headers)
+    assert (gone.status_code, gone.json()) == (404, error_body(gone, "not_found", f"session {sid} not found"))
     assert await engine.pool.fetchval("SELECT count(*) FROM agent_chat_messages WHERE session_id = $1", sid) == 0
-    assert (await client.delete(f"/v1/sessions/{sid}", headers=user.headers)).status_code == 404
+    again = await client.delete(f"/v1/sessions/{sid}", headers=user.headers)
+    assert (again.status_code, again.json()) == (404, error_body(again, "not_found", f"session {sid} not found"))
 
 
 async def test_other_users_session_is_404_everywhere(

@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 
 from agent_runtime.engine.billing import CostBreakdown, CostCalculator, LLMUsage, PricingTable
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_config_dir
 
-TABLE = PricingTable.load(PROJECT_ROOT / "config" / "pricing.yaml")
+TABLE = PricingTable.load(default_config_dir() / "pricing.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from agent_runtime.engine.billing import ModelPrice, PricingConfigError, PricingTable
-from agent_runtime.settings import PROJECT_ROOT, Settings
+from agent_runtime.resources import default_config_dir
+from agent_runtime.settings import Settings
 
 
 def test_shipped_table_has_deepseek_and_demo_prices() -> None:
@@ -79,4 +80,4 @@ def test_unreadable_or_malformed_files_name_the_file(tmp_path: Path) -> None:
 
 
 def test_project_root_points_at_the_shipped_file() -> None:
-    assert (PROJECT_ROOT / "config" / "pricing.yaml").is_file()
+    assert (default_config_dir() / "pricing.yaml").is_file()

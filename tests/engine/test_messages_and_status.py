@@ -197,7 +197,49 @@ async def test_a_run_whose_lease_expired_is_swept_as_lost_and_the_session_runs_a
     assert await store.start(user.ctx, session.id, uuid4(), _user_turn("again")) is not None
 
 
-def test_cost_is_numeric_in_db() -> None:
-    assert NewMessage(role="assistant", metadata=AuditMetadata(stage="x"), cost=Decimal("0.0000012")).cost == Decimal(
-        "0.0000012"
+async def test_cost_is_numeric_in_db(engine: RuntimeEngine, user: User) -> None:
+    """Costs are stored as numeric(20,10) and summed by the database exactly: ten calls of 0.1 CNY are
+    1.0000000000, and a cost with all 20 digits reads back unchanged (a binary float gives neither)."""
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    calls = [
+        NewMessage(
+            role="assistant",
+            content="{}",
+            cost=Decimal("0.1"),
+            metadata=AuditMetadata(stage="intent", cost_source="custom_pricing"),
+        )
+        for _ in range(10)
+    ]
+    big = NewMessage(
+        role="assistant",
+        content="{}",
+        cost=Decimal("1234567890.0123456789"),
+        metadata=AuditMetadata(stage="execution", cost_source="custom_pricing"),
     )
+    await engine.messages.append(user.ctx, session.id, [*calls, big])
+    stored = await engine.messages.list_all(user.ctx, session.id)
+    assert sorted(m.cost for m in stored) == [Decimal("0.1000000000")] * 10 + [Decimal("1234567890.0123456789")]
+    usage = await engine.usage.for_session(user.ctx, session.id)
+    assert [(s.stage, s.cost) for s in usage.by_stage] == [
+        ("execution", Decimal("1234567890.0123456789")),
+        ("intent", Decimal("1.0000000000")),
+    ]
+    assert usage.total.cost == Decimal("1234567891.0123456789")
+
+
+async def test_batches_get_consecutive_seqs_in_order(engine: RuntimeEngine, user: User) -> None:
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    batch = [NewMessage(role="user", content=f"b{i}", metadata=UserInputMetadata()) for i in range(3)]
+    audits = [NewMessage(role="assistant", content="{}", metadata=AuditMetadata(stage="intent")) for _ in range(2)]
+    first = await engine.messages.append(user.ctx, session.id, [batch[0], audits[0], batch[1], audits[1], batch[2]])
+    second = await engine.messages.append(
+        user.ctx, session.id, [NewMessage(role="user", content="next", metadata=UserInputMetadata())]
+    )
+    assert [(m.seq, m.content) for m in [*first, *second]] == [
+        (1, "b0"),
+        (-1, "{}"),
+        (2, "b1"),
+        (-2, "{}"),
+        (3, "b2"),
+        (4, "next"),
+    ]

@@ -54,7 +54,7 @@ from agent_runtime.engine.flow.tools import (  # noqa: E402
 from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, UserMessage  # noqa: E402
 from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
 from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext  # noqa: E402
-from agent_runtime.settings import PROJECT_ROOT  # noqa: E402
+from agent_runtime.resources import default_config_dir  # noqa: E402
 
 # CrewAI reads its own deprecated fields internally on every Agent construction.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*")
@@ -64,7 +64,7 @@ BOTH_RUNNERS = pytest.mark.parametrize("runner", ["thread", "loop"])
 # "thread": the production set-up (the run service's bounded pools); "loop": the flow on the test's own loop.
 FLOW_THREADS = FlowThreads(4)
 
-TEMPLATES: FlowTemplates = load_flow_templates(PROJECT_ROOT / "config" / "crewai")
+TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
 SYSTEM_PROMPT = build_global_system_prompt(CONTEXT)
 HISTORY: list[ChatMessage] = [UserMessage(content="hi there"), AssistantMessage(content="Hello! How can I help?")]

@@ -18,9 +18,9 @@ from agent_runtime.engine.flow.templates import (
     load_flow_templates,
     render_template,
 )
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_config_dir
 
-CONFIG_DIR = PROJECT_ROOT / "config" / "crewai"
+CONFIG_DIR = default_config_dir() / "crewai"
 HOSTILE = "{user_input} {0} {__class__} {output_schema} {{x}} }{"
 
 

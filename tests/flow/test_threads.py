@@ -29,6 +29,13 @@ async def test_a_flow_runs_on_a_flow_thread_with_its_own_loop_and_its_steps_on_t
         # Threads are reused, context is not: the next run starts clean.
         *_, seen_again = await threads.run(_where)
         assert seen_again == "unset"
+        # The caller's context is the flow's (a copy): a run's span and log ids reach its flow thread.
+        token = _marker.set("the caller's")
+        try:
+            *_, seen_from_caller = await threads.run(_where)
+        finally:
+            _marker.reset(token)
+        assert seen_from_caller == "the caller's"
     finally:
         threads.shutdown()
 

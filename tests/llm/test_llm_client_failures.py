@@ -85,7 +85,7 @@ async def test_rate_limit_error_carries_retry_after(stub: DeepSeekStub, make_cli
 
 
 async def test_slow_provider_times_out_with_a_typed_error(stub: DeepSeekStub, make_client: MakeClient) -> None:
-    stub.enqueue(StubReply(content="late", delay_seconds=1.5), StubReply(content="late", delay_seconds=1.5))
+    stub.hold_replies()  # never released: the provider does not answer
     start = time.perf_counter()
     with pytest.raises(LLMTimeoutError) as caught:
         await make_client(llm_timeout_seconds=0.2, llm_max_retries=1).complete(HELLO)
@@ -94,19 +94,22 @@ async def test_slow_provider_times_out_with_a_typed_error(stub: DeepSeekStub, ma
 
 
 async def test_stream_first_chunk_timeout_is_typed(stub: DeepSeekStub, make_client: MakeClient) -> None:
-    stub.enqueue(StubReply(content="late", delay_seconds=1.5))
+    stub.hold_replies()  # never released: no first chunk
     with pytest.raises(LLMTimeoutError):
         await make_client(llm_timeout_seconds=0.2, llm_max_retries=0).complete_streaming(HELLO)
+    assert len(stub.requests) == 1
 
 
 async def test_stream_stalling_between_chunks_times_out_and_is_not_retried(
     stub: DeepSeekStub, make_client: MakeClient
 ) -> None:
     await make_client().complete_streaming(HELLO)  # LiteLLM's first stream in a process is slow (lazy imports)
-    stub.enqueue(StubReply(content="abcdefgh", chunk_chars=4, chunk_delay_seconds=0.1))
-    stub.enqueue(StubReply(content="abcdefgh", chunk_chars=4, stall_after_chunks=2, stall_seconds=2.0))
     client = make_client(llm_timeout_seconds=0.5, llm_max_retries=2)
-    assert (await client.complete_streaming(HELLO)).content == "abcdefgh"
+    stub.enqueue(StubReply(content="abcdefgh", chunk_chars=4, chunk_delay_seconds=0.1))
+    assert (await client.complete_streaming(HELLO)).content == "abcdefgh"  # 0.1 s between chunks is fine
+    stub.enqueue(StubReply(content="abcdefgh", chunk_chars=4))
+    hold = stub.hold_replies()
+    await hold.allow(2)  # the head and role chunk, then "abcd"; the rest never comes
     received: list[str] = []
 
     async def on_delta(text: str) -> bool:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
 from decimal import Decimal
 
 from tests.llm.conftest import MakeClient
@@ -85,19 +85,25 @@ async def test_tool_calls_and_request_options_reach_the_wire(stub: DeepSeekStub,
 
 
 async def test_stream_delivers_deltas_incrementally_then_the_final(stub: DeepSeekStub, make_client: MakeClient) -> None:
-    stub.enqueue(StubReply(content="one two three four five", chunk_chars=5, chunk_delay_seconds=0.05))
-    arrivals: list[tuple[str, float]] = []
-    start = time.perf_counter()
+    stub.enqueue(StubReply(content="one two three four five", chunk_chars=5))
+    hold = stub.hold_replies()
+    await hold.allow(2)  # the head and role chunk, then "one t"; the rest waits for the test
+    received: list[str] = []
+    first = asyncio.Event()
 
     async def on_delta(text: str) -> bool:
-        arrivals.append((text, time.perf_counter() - start))
+        received.append(text)
+        first.set()
         return True
 
-    response = await make_client().complete_streaming(HELLO, on_delta)
-    finished = time.perf_counter() - start
-    assert [text for text, _ in arrivals] == ["one t", "wo th", "ree f", "our f", "ive"]
-    # The first piece must reach us while the stub is still pausing between the others (4 x 50 ms).
-    assert arrivals[0][1] < finished - 0.15
+    streaming = asyncio.create_task(make_client().complete_streaming(HELLO, on_delta))
+    async with asyncio.timeout(30):
+        await first.wait()
+    # The first piece is ours while the provider still holds the others.
+    assert (received, streaming.done()) == (["one t"], False)
+    await hold.release()
+    response = await streaming
+    assert received == ["one t", "wo th", "ree f", "our f", "ive"]
     assert response.content == "one two three four five"
 
 

@@ -81,9 +81,9 @@ def test_demo_model_summarises_the_conversation_deterministically() -> None:
     said before the task, so the summary works offline and the same conversation always gives the same text."""
     from agent_runtime.engine.flow.templates import load_flow_templates
     from agent_runtime.engine.llm.demo_stages import demo_answer
-    from agent_runtime.settings import PROJECT_ROOT
+    from agent_runtime.resources import default_config_dir
 
-    task = load_flow_templates(PROJECT_ROOT / "config" / "crewai").render_summary_task(150)
+    task = load_flow_templates(default_config_dir() / "crewai").render_summary_task(150)
     messages = [
         WireMessage(role="system", content="policy"),
         WireMessage(role="user", content="我叫阿芽"),

@@ -14,9 +14,9 @@ from tests.memory.factories import char_tokens
 from agent_runtime.engine.flow.templates import TemplateConfigError, load_flow_templates
 from agent_runtime.engine.memory.summarizer import clip_to_tokens
 from agent_runtime.engine.memory.summary import SUMMARY_BLOCK_END, SUMMARY_BLOCK_START, SUMMARY_INTRO, summary_message
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_config_dir
 
-CONFIG_DIR = PROJECT_ROOT / "config" / "crewai"
+CONFIG_DIR = default_config_dir() / "crewai"
 
 
 def test_summary_is_one_escaped_json_line_between_unforgeable_markers() -> None:

@@ -9,6 +9,7 @@ from uuid import uuid4
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness, intent_direct, stage_request_text, text_messages, types
+from tests.support.errors import error_body
 
 
 def run_input(thread_id: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -184,18 +185,34 @@ async def test_agui_thread_id_must_be_a_uuid(h: Harness, make_user: Callable[[],
     assert h.stub.requests == []
 
 
-@pytest.mark.parametrize(
-    ("messages", "status"),
+NO_NEW_USER_MESSAGE = (
+    422,
+    "validation_error",
+    "no new user message to run on",
     [
-        pytest.param([], 422, id="no-messages"),
-        pytest.param([{"id": "a-1", "role": "assistant", "content": "hi"}], 422, id="no-user-message"),
+        {
+            "loc": ["body", "messages"],
+            "msg": "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
+            "type": None,
+        }
+    ],
+)
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        pytest.param([], NO_NEW_USER_MESSAGE, id="no-messages"),
+        pytest.param([{"id": "a-1", "role": "assistant", "content": "hi"}], NO_NEW_USER_MESSAGE, id="no-user-message"),
         pytest.param(
-            [{"id": "u-1", "role": "user", "content": "hi", "name": "mallory"}], 400, id="unrepresentable-message"
+            [{"id": "u-1", "role": "user", "content": "hi", "name": "mallory"}],
+            (400, "unrepresentable_message", "an AG-UI user message with a participant name cannot be stored", []),
+            id="unrepresentable-message",
         ),
     ],
 )
 async def test_a_refused_agui_request_leaves_nothing_behind(
-    h: Harness, make_user: Callable[[], User], messages: list[dict[str, Any]], status: int
+    h: Harness, make_user: Callable[[], User], messages: list[dict[str, Any]], expected: tuple[Any, ...]
 ) -> None:
     user = make_user()
     thread_id = await h.new_session(user)
@@ -204,7 +221,8 @@ async def test_a_refused_agui_request_leaves_nothing_behind(
     response = await h.client.post("/v1/agui", headers=user.headers, json=run_input(thread_id, messages))
     on_missing = await h.client.post("/v1/agui", headers=user.headers, json=run_input(missing, messages))
 
-    assert response.status_code == status
+    status, code, message, details = expected
+    assert (response.status_code, response.json()) == (status, error_body(response, code, message, details))
     assert on_missing.status_code in (404, status)
     session = await h.session(user, thread_id)
     assert (session["status"], session["error_id"]) == ("pending", None)

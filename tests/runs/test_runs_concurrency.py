@@ -197,8 +197,9 @@ async def test_two_sessions_run_at_once_with_separate_streams(h: Harness, make_u
 async def test_second_run_on_a_busy_session_is_409_before_any_stream(h: Harness, make_user: Callable[[], User]) -> None:
     user = make_user()
     sid = await h.new_session(user)
-    # Slow first byte: the first run is still waiting for the model while the others arrive.
-    h.stub.enqueue(intent_direct("First!", delay_seconds=1.5))
+    # The model is held: the first run is waiting for it for as long as the test needs.
+    hold = h.stub.hold_replies()
+    h.stub.enqueue(intent_direct("First!"))
     first = asyncio.create_task(h.run(user, sid, "first", message_id="first-msg"))
     # Up to 30 s: run alone, this test's first run also loads CrewAI and LiteLLM before calling the model.
     await wait_for_model_call(h.stub)
@@ -257,6 +258,7 @@ async def test_second_run_on_a_busy_session_is_409_before_any_stream(h: Harness,
             }
         }
     assert not first.done()
+    await hold.release()
     result = await first
     assert result.run_id == run_id
     assert types(result.events)[-1] == "RUN_FINISHED"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -137,8 +136,9 @@ async def test_run_timeout_fails_the_run_and_frees_the_session(
     async with make_harness(run_timeout_seconds=1.0) as timed:
         user = make_user()
         sid = await timed.new_session(user)
-        # The model would answer after 4 s; the per-call LLM timeout (5 s) would not fire first.
-        timed.stub.enqueue(intent_direct("too late", delay_seconds=4.0))
+        # The model is held until the test lets it answer; the per-call LLM timeout (5 s) would fire later.
+        hold = timed.stub.hold_replies()
+        timed.stub.enqueue(intent_direct("too late"))
 
         started = time.monotonic()
         result = await timed.run(user, sid, "hello")
@@ -148,14 +148,15 @@ async def test_run_timeout_fails_the_run_and_frees_the_session(
         await _assert_failed(
             timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS", caplog
         )
-        # Never left (or put back to) running, and the session takes the next run.
-        await asyncio.sleep(0.5)
+        # The late answer may come now: it changes nothing. The session takes the next run.
+        await hold.release()
         assert (await timed.session(user, sid))["status"] == "failed"
         timed.stub.enqueue(intent_direct("On time now."))
         second = await timed.run(user, sid, "again")
         assert types(second.events)[-1] == "RUN_FINISHED"
         session = await timed.session(user, sid)
         assert (session["status"], session["error_id"]) == ("completed", None)
+        assert [r.content for r in await timed.rows(user, sid) if "too late" in r.content] == []
 
 
 async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(

@@ -386,6 +386,10 @@ async def test_hostile_profile_stays_escaped_inside_the_profile_block(
     bio = _hostile_bio()
     too_long = await h.client.put("/v1/profile", headers=user.headers, json={"username": "x", "bio": bio + "!"})
     assert too_long.status_code == 422
+    error = too_long.json()["error"]
+    assert [(d["loc"], d["type"]) for d in error["details"]] == [(["body", "bio"], "too_long")]
+    assert (error["code"], error["message"]) == ("validation_error", "invalid request: body.bio")
+    assert (await h.client.get("/v1/profile", headers=user.headers)).json()["created_at"] is None  # nothing stored
     profile = await h.client.put("/v1/profile", headers=user.headers, json={"username": HOSTILE_USERNAME, "bio": bio})
     assert profile.status_code == 200, profile.text
     assert (profile.json()["username"], profile.json()["bio"]) == (HOSTILE_USERNAME, bio)

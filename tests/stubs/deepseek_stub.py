@@ -85,6 +85,35 @@ class RecordedRequest(BaseModel):
 Responder = Callable[[RecordedRequest], StubReply]
 
 
+class StubHold:
+    """Replies wait here until the test lets them go: a slow upstream whose pace the test decides, instead of
+    delays it has to guess. A step is the start of a reply (a whole non-streamed reply, or the head and first
+    chunk of a stream), or one more streamed chunk. Requests are recorded before they wait."""
+
+    def __init__(self) -> None:
+        self._allowed = 0
+        self._released = False
+        self._changed = asyncio.Condition()
+
+    async def allow(self, steps: int = 1) -> None:
+        """Let `steps` more steps through."""
+        async with self._changed:
+            self._allowed += steps
+            self._changed.notify_all()
+
+    async def release(self) -> None:
+        """Let everything through from now on."""
+        async with self._changed:
+            self._released = True
+            self._changed.notify_all()
+
+    async def step(self) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._released or self._allowed > 0)
+            if not self._released:
+                self._allowed -= 1
+
+
 def echo_responder(request: RecordedRequest) -> StubReply:
     user = [_content_text(m.get("content")) for m in request.messages if m.get("role") == "user"]
     return StubReply(content=f"stub answer to: {user[-1] if user else ''}")
@@ -138,7 +167,13 @@ class DeepSeekStub:
         self._queue: deque[StubReply | StubFault] = deque()
         self._runner: web.AppRunner | None = None
         self._received = asyncio.Condition()
+        self._hold: StubHold | None = None
         self.base_url = ""
+
+    def hold_replies(self) -> StubHold:
+        """From now on every reply waits for the returned hold (see StubHold)."""
+        self._hold = StubHold()
+        return self._hold
 
     async def wait_for_requests(self, count: int = 1) -> None:
         """Until `count` requests have arrived (bound it with `asyncio.timeout`)."""
@@ -201,6 +236,8 @@ class DeepSeekStub:
         stream = body.get("stream") is True
         if isinstance(item, StubFault):
             return await self._fault(request, item, stream)
+        if self._hold is not None:
+            await self._hold.step()
         if item.delay_seconds:
             await asyncio.sleep(item.delay_seconds)
         usage = self._usage(item, recorded)
@@ -209,7 +246,7 @@ class DeepSeekStub:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         chunks = self._chunks(body, item, usage if include_usage else None)
         try:
-            return await self._stream(request, chunks, pause=item.chunk_delay_seconds, stall=item)
+            return await self._stream(request, chunks, pause=item.chunk_delay_seconds, stall=item, hold=self._hold)
         except ConnectionResetError:
             self.closed_by_client.append(recorded)
             async with self._received:
@@ -311,6 +348,7 @@ class DeepSeekStub:
         drop_after: int | None = None,
         pause: float = 0.0,
         stall: StubReply | None = None,
+        hold: StubHold | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -320,6 +358,8 @@ class DeepSeekStub:
                 if request.transport is not None:
                     request.transport.abort()
                 return response
+            if hold is not None and sent:
+                await hold.step()
             if pause and sent:
                 await asyncio.sleep(pause)
             if stall is not None and sent == stall.stall_after_chunks:

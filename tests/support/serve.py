@@ -64,31 +64,41 @@ class ServeProcess:
 async def start_serve(
     name: str,
     *,
-    database_url: str,
+    database_url: str | None,
     workdir: Path,
     env: dict[str, str] | None = None,
     ready_timeout: float = 120,
     warm: bool = False,
+    command: list[str] | None = None,
 ) -> ServeProcess:
     """`agent-runtime serve` on a free port, ready (GET /health/ready is 200, and with `warm` its CrewAI and
     LiteLLM imports done: they starve the event loop for seconds on a busy machine); output in
-    `workdir/server-<name>.log`."""
+    `workdir/server-<name>.log`.
+
+    `database_url=None` starts the embedded PostgreSQL (under DATA_DIR); `command` replaces
+    `python -m agent_runtime.cli` (e.g. an installed `agent-runtime` script)."""
     port = free_port()
-    full_env = {k: v for k, v in os.environ.items() if k not in PROVIDER_ENV}
+    full_env = {k: v for k, v in os.environ.items() if k not in (*PROVIDER_ENV, "DATABASE_URL")}
+    if database_url is not None:
+        full_env["DATABASE_URL"] = database_url
     full_env.update(
-        DATABASE_URL=database_url,
         JWT_SECRET=TEST_JWT_SECRET,
         PORT=str(port),
         DATA_DIR=str(workdir / f"data-{name}"),
         ENVIRONMENT="test",
         LITELLM_LOCAL_MODEL_COST_MAP="True",
-        **(env or {}),
     )
+    full_env.update(env or {})
     log_path = workdir / f"server-{name}.log"
     with log_path.open("wb") as log:
         # cwd outside the checkout: no developer `.env` can change what the test chose.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agent_runtime.cli", "serve", env=full_env, cwd=workdir, stdout=log, stderr=log
+            *(command or [sys.executable, "-m", "agent_runtime.cli"]),
+            "serve",
+            env=full_env,
+            cwd=workdir,
+            stdout=log,
+            stderr=log,
         )
     server = ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
     loop = asyncio.get_running_loop()

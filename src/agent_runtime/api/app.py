@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware
-from agent_runtime.api.routes import health, profile, runs, sessions, usage
+from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.runtime import open_engine
+from agent_runtime.observability.metrics_server import MetricsServer
+from agent_runtime.observability.sampler import sample_forever
 from agent_runtime.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
+
+
+_UNTRACED_PATHS = frozenset({"/metrics", "/health/live", "/health/ready"})
+
+
+def _untraced(scope: MutableMapping[str, Any]) -> bool:
+    """Scrapes and probes, every few seconds: spans for them would bury the requests that matter."""
+    return scope.get("path") in _UNTRACED_PATHS
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -31,18 +44,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
         warm_up = resources.engine.runs.ensure_warm()
         resources.engine.runs.start_background()
+        sampler = asyncio.create_task(sample_forever(resources.engine.pool), name="metrics-sampler")
+        own_port = settings.metrics_port if settings.metrics_enabled else None
+        metrics_server = MetricsServer.start(settings.host, own_port) if own_port is not None else None
         try:
             yield
         finally:
+            sampler.cancel()
+            if metrics_server is not None:
+                metrics_server.stop()
             # Drain runs first (they may be waiting for the warm-up), then drop an unfinished warm-up.
             await resources.close()
             warm_up.cancel()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from files shipped in that package, not a CDN.
+    app = FastAPIOffline(
         title="agent-runtime",
         version="0.1.0",
         description="Runs the social app's AI agent: profiles, sessions, messages, usage and AG-UI runs over SSE.",
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry support gives the HTTP server span (route template, status); it records
+        # only when a tracer provider is installed (observability/tracing.py). Metrics are Prometheus'.
+        telemetry={"metrics": False, "logs": False, "operation_spans": False, "exclude": _untraced},
     )
     install_error_handlers(app)
     app.include_router(health.router)
@@ -50,6 +73,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(sessions.router)
     app.include_router(usage.router)
     app.include_router(runs.router)
+    if settings.metrics_enabled and settings.metrics_port is None:
+        app.include_router(metrics.router)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_request_bytes,

@@ -1,4 +1,4 @@
-"""Pure-ASGI middleware: request id, JSON access log, request body limit and read timeout.
+"""Pure-ASGI middleware: request id, JSON access log, HTTP metrics, request body limit and read timeout.
 
 Not BaseHTTPMiddleware: that wraps streaming responses (our SSE runs) in an extra task and
 buffers in ways that break disconnect detection.
@@ -16,10 +16,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_runtime.api.errors import ErrorBody, ErrorResponse
 from agent_runtime.logging_setup import request_id_var
+from agent_runtime.observability import metrics
+from agent_runtime.observability.tracing import annotate_current
 
 log = logging.getLogger("agent_runtime.access")
 error_log = logging.getLogger("agent_runtime.api.errors")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A client can send any method name: only these become label values.
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # How much of an oversized body is read and thrown away before the 413, as a multiple of the limit.
 # Common clients (Python's urllib and requests, curl without Expect) send the whole body before reading
 # the response; closing with unread data makes the kernel answer with a reset, and they report that
@@ -39,6 +43,14 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return str(value.decode("latin-1"))
     return None
+
+
+def _route_template(scope: Scope) -> str:
+    """The matched route's path template (`/v1/sessions/{session_id}`): a bounded label, unlike the path.
+    The router records the route in the scope it shares with us; nothing matched (404, 413) is `unmatched`."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
 
 
 async def _send_json_error(
@@ -73,6 +85,7 @@ class RequestContextMiddleware:
         incoming = _header(scope, b"x-request-id")
         request_id = incoming if incoming and _VALID_REQUEST_ID.match(incoming) else uuid.uuid4().hex
         token = request_id_var.set(request_id)
+        annotate_current(request_id=request_id)
         started = time.perf_counter()
         status_holder = [0]
 
@@ -98,20 +111,27 @@ class RequestContextMiddleware:
                 # where the request id is gone from the logs and the response.
                 error_id = uuid.uuid4().hex
                 error_log.exception("unhandled error", extra={"error_id": error_id})
+                annotate_current(error_id=error_id)
                 status_holder[0] = 500
                 await _send_json_error(
                     send, 500, "internal_error", "internal server error", request_id, error_id=error_id, close=False
                 )
         finally:
+            seconds = time.perf_counter() - started
+            status = status_holder[0] or 500
+            method = str(scope.get("method"))
             log.info(
                 "request",
                 extra={
-                    "method": scope.get("method"),
+                    "method": method,
                     "path": scope.get("path"),
-                    "status": status_holder[0] or 500,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    "status": status,
+                    "duration_ms": round(seconds * 1000, 2),
                     "client": (scope.get("client") or ("-",))[0],
                 },
+            )
+            metrics.http_request(
+                method if method in _KNOWN_METHODS else "other", _route_template(scope), status, seconds
             )
             request_id_var.reset(token)
 

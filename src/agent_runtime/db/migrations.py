@@ -21,11 +21,10 @@ from pathlib import Path
 import asyncpg
 from pydantic import BaseModel
 
-from agent_runtime.settings import PROJECT_ROOT
+from agent_runtime.resources import default_migrations_dir
 
 log = logging.getLogger(__name__)
 
-MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _BOOTSTRAP = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -57,7 +56,8 @@ class MigrationError(RuntimeError):
     pass
 
 
-def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+def discover(directory: Path | None = None) -> list[Migration]:
+    directory = directory or default_migrations_dir()
     migrations = []
     for path in sorted(directory.glob("*.sql")):
         if not _NAME.match(path.name):
@@ -81,7 +81,7 @@ async def _bootstrap(conn: asyncpg.Connection) -> None:
     await conn.execute(_BOOTSTRAP)
 
 
-async def apply_migrations(dsn: str, directory: Path = MIGRATIONS_DIR) -> MigrationReport:
+async def apply_migrations(dsn: str, directory: Path | None = None) -> MigrationReport:
     migrations = discover(directory)
     conn = await asyncpg.connect(dsn)
     try:
@@ -109,7 +109,7 @@ async def apply_migrations(dsn: str, directory: Path = MIGRATIONS_DIR) -> Migrat
                     migration.checksum,
                 )
                 applied.append(migration.version)
-                log.info("applied migration %s", migration.version)
+                log.debug("applied migration %s", migration.version)
         return MigrationReport(applied=applied, already_applied=skipped)
     finally:
         await conn.close()

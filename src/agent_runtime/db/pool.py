@@ -8,6 +8,7 @@ from typing import Any
 
 import asyncpg
 
+from agent_runtime.observability.tracing import trace_queries
 from agent_runtime.settings import UserQuotas
 
 # The characters `engine.text` refuses from clients (the db layer sits below the engine, so not imported).
@@ -37,6 +38,7 @@ async def _register_codecs(conn: asyncpg.Connection) -> None:
     # Registered on the pool so no query decodes JSON by hand.
     for typename in ("json", "jsonb"):
         await conn.set_type_codec(typename, encoder=_dumps, decoder=json.loads, schema="pg_catalog")
+    trace_queries(conn)
 
 
 async def _keep_session_state(conn: asyncpg.Connection) -> None:

@@ -77,9 +77,8 @@ async def open_engine(settings: Settings) -> EngineResources:
     if dsn is None:
         embedded = EmbeddedPostgres(settings.data_dir)
         dsn = embedded.start()
-        log.info("DATABASE_URL is unset: using embedded PostgreSQL", extra={"data_dir": str(embedded.pgdata)})
     try:
-        report = await apply_migrations(dsn)
+        report = await apply_migrations(dsn, settings.migrations_dir)
         log.info("migrations", extra={"applied": report.applied, "already_applied": len(report.already_applied)})
         pool = await create_pool(
             dsn,

@@ -69,6 +69,7 @@ from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, RunToolSet, Tool, Too
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.profiles.models import UserAgentContext
+from agent_runtime.observability.runs import stage_observed
 
 require_crewai_env()
 
@@ -376,7 +377,8 @@ class AgentFlow(Flow[AgentFlowState]):
             allow_delegation=False,
             verbose=False,
         )
-        output = await agent.kickoff_async(self._messages(stage, stage_request(payload)), contract)
+        with stage_observed(stage):
+            output = await agent.kickoff_async(self._messages(stage, stage_request(payload)), contract)
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
         result = output.pydantic

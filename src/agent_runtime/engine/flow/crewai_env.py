@@ -24,10 +24,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-# Values CrewAI checks; "true"/"false" are the spellings its own code compares against.
+# Values CrewAI checks; "true"/"false" are the spellings its own code compares against. Not
+# OTEL_SDK_DISABLED: CREWAI_DISABLE_TELEMETRY alone keeps CrewAI's telemetry off (crewai_core.telemetry ORs
+# them), and the variable is process-wide: it would turn our own OpenTelemetry SDK into a no-op too.
 OFFLINE_ENV: dict[str, str] = {
     "CREWAI_DISABLE_TELEMETRY": "true",
-    "OTEL_SDK_DISABLED": "true",
     "CREWAI_TRACING_ENABLED": "false",
     "CREWAI_DISABLE_VERSION_CHECK": "true",
 }

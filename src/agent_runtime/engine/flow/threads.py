@@ -63,17 +63,20 @@ class FlowThreads:
         """
         # The flow's private loop, thread and pools exist because CrewAI's executor offers no async path
         # for its steps (see the module docstring); this is the one place where a run takes a thread.
-        return await asyncio.get_running_loop().run_in_executor(self._flows, self._drive, make)
+        # The run's own context goes with it (a copy, taken here in the run's task): its trace span and the
+        # run id on its log lines follow the flow into the thread, and nothing of an earlier run on the same
+        # pool thread can leak in (each run brings its own copy).
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._flows, self._drive, make, context)
 
-    def _drive(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
+    def _drive(self, make: Callable[[], Coroutine[Any, Any, _T]], context: contextvars.Context) -> _T:
         def new_loop() -> asyncio.AbstractEventLoop:
             loop = asyncio.new_event_loop()
             loop.set_default_executor(_PoolView(self._steps))
             return loop
 
-        # A fresh, empty context: pool threads are reused, and nothing of a previous run may leak into this one.
         with asyncio.Runner(loop_factory=new_loop) as runner:
-            return runner.run(make(), context=contextvars.Context())
+            return runner.run(make(), context=context)
 
     def shutdown(self) -> None:
         """Stop accepting work; threads still driving a flow finish on their own (they cannot be interrupted)."""

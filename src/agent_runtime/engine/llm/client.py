@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
+from agent_runtime.observability import metrics
+from agent_runtime.observability.tracing import COST_ATTRIBUTE, mark_failed, model_call_span
 from agent_runtime.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ class _Progress:
 
     delivered: bool = False
     in_callback: bool = False
+    first_text: bool = False
 
 
 def _provider_chunks(stream: Any) -> Any:
@@ -104,7 +108,7 @@ class LLMClient:
                 raw = await self._acompletion(**kwargs)
             return self._response(target, parse_completion(raw))
 
-        return await self._with_retries(target, attempt)
+        return await self._observed(target, attempt, streaming=False)
 
     async def complete_streaming(
         self,
@@ -125,6 +129,8 @@ class LLMClient:
         kwargs = self.builder.kwargs(request, target, stream=True)
         attempts = 0
 
+        started = time.perf_counter()
+
         async def attempt(progress: _Progress) -> LLMResponse:
             nonlocal attempts
             if attempts and on_retry is not None:
@@ -136,6 +142,9 @@ class LLMClient:
             try:
                 async for chunk in _provider_chunks(chunks):
                     text = accumulator.feed_text(chunk)
+                    if text and not progress.first_text:
+                        progress.first_text = True
+                        metrics.model_first_token(target.model, time.perf_counter() - started)
                     if accumulator.reasoning_delta and on_reasoning is not None:
                         on_reasoning(accumulator.reasoning_delta)
                     if text and on_delta is not None:
@@ -147,7 +156,7 @@ class LLMClient:
                 await _close(chunks)
             return self._response(target, accumulator.finish())
 
-        return await self._with_retries(target, attempt)
+        return await self._observed(target, attempt, streaming=True)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
         """Text and tool-call deltas as they arrive, then one `LLMStreamEnd` with the whole response."""
@@ -177,6 +186,37 @@ class LLMClient:
                 return
             await self._backoff(target, error, retries)
             retries += 1
+
+    async def _observed(
+        self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]], *, streaming: bool
+    ) -> LLMResponse:
+        """The call with its retries, as one span and one metrics sample (outcome, latency, tokens, cost)."""
+        started = time.perf_counter()
+        with model_call_span(target.model, streaming=streaming) as span:
+            try:
+                response = await self._with_retries(target, attempt)
+            except LLMError as exc:
+                metrics.model_call(target.model, time.perf_counter() - started, error_code=exc.code)
+                mark_failed(span, exc.code)
+                raise
+            except asyncio.CancelledError:
+                metrics.model_call(target.model, time.perf_counter() - started, error_code="cancelled")
+                raise
+            except Exception:
+                # What escapes unmapped is the caller's own on_delta failing (see complete_streaming).
+                metrics.model_call(target.model, time.perf_counter() - started, error_code="callback_error")
+                raise
+            metrics.model_call(target.model, time.perf_counter() - started, cost=response.cost)
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": response.cost.input_tokens,
+                    "gen_ai.usage.output_tokens": response.cost.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": response.cost.cache_hit_tokens or 0,
+                    "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
+                    COST_ATTRIBUTE: float(response.cost.cost),
+                }
+            )
+            return response
 
     async def _with_retries(
         self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]]

@@ -10,6 +10,7 @@ Every caller is a coroutine on the app's event loop, so the counter needs no loc
 from __future__ import annotations
 
 from agent_runtime.engine.errors import ServerBusyError, ShuttingDownError
+from agent_runtime.observability import metrics
 
 # A refused client may retry soon: a run takes seconds, and a draining process's load balancer moves on.
 _RETRY_AFTER_SECONDS = 1
@@ -28,13 +29,17 @@ class Admission:
     def admit(self) -> None:
         """Take a run slot, or raise the 503/429 the client gets before any stream starts."""
         if self.draining:
+            metrics.admission_refused(ShuttingDownError.code)
             raise ShuttingDownError("the server is shutting down; retry on another instance", retry_after=1)
         if self.full:
+            metrics.admission_refused(ServerBusyError.code)
             raise ServerBusyError(
                 f"this server runs as many runs as it may ({self.limit}); retry shortly",
                 retry_after=_RETRY_AFTER_SECONDS,
             )
         self.in_flight += 1
+        metrics.runs_in_flight(self.in_flight)
 
     def release(self) -> None:
         self.in_flight -= 1
+        metrics.runs_in_flight(self.in_flight)

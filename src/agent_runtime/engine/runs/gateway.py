@@ -26,6 +26,7 @@ from agent_runtime.engine.runs.frontend_tools import FrontendTool
 from agent_runtime.engine.runs.partial_text import AssistantTextExtractor
 from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolResultRecord
 from agent_runtime.engine.runs.run_state import RunStateTracker
+from agent_runtime.observability.runs import current_run
 
 # Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
 ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
@@ -119,6 +120,8 @@ class RunGateway:
         self._frontend_tools = [ToolSchema.model_validate(t.openai_schema()) for t in frontend_tools]
         self._state = state
         self._answer = _AnswerMessage(events, answer_message_id)
+        # Built in the run's task: the observation that times its first token.
+        self._run = current_run()
         self._stage: str | None = None
         self.responses: list[LLMResponse] = []
 
@@ -181,6 +184,8 @@ class RunGateway:
                 if not extractor.feed(text):
                     return False
                 self._answer.show(extractor.emitted)
+                if self._run is not None:
+                    self._run.first_token()
                 return True
 
             def on_retry() -> None:
@@ -230,3 +235,5 @@ class RunGateway:
         """Emit whatever of the final answer was not streamed (e.g. a provider that did not stream)."""
         self._answer.show(text)
         self._events.text_end()
+        if self._run is not None:
+            self._run.first_token()

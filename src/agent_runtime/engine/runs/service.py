@@ -58,6 +58,7 @@ from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
 from agent_runtime.engine.runs.turn_runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -209,6 +210,7 @@ class RunService:
     async def _execute(self, job: RunJob) -> None:
         run_id = str(job.run_id)
         recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
+        observability.run_began(run_id, str(job.session_id))
         log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
         try:
             try:
@@ -231,6 +233,7 @@ class RunService:
                     result = await self._turns.run(job.turn, job.gateway, recorder)
             except BaseException as exc:
                 if job.stop_reason is CANCELLED:
+                    observability.run_cancelled()
                     await self._cancelled(job, recorder)
                     return
                 failure = job.stop_reason or RunFailure.of(exc)
@@ -247,6 +250,7 @@ class RunService:
                 lost = RunFailure("internal_error", "the run's result could not be stored")
                 await self._fail(job, lost, [], None)
                 return
+            observability.run_completed()
             await self._announce(job, end, result)
         finally:
             self._jobs.pop(job.run_id, None)
@@ -281,6 +285,7 @@ class RunService:
 
     async def _fail(self, job: RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
         error_id = uuid4().hex
+        observability.run_failed(failure.code, error_id)
         log.error(
             "run failed",
             exc_info=exc if failure.code == "internal_error" else None,

@@ -33,6 +33,7 @@ from agent_runtime.engine.sessions.models import Session
 from agent_runtime.engine.sessions.service import SESSION_COLUMNS, row_to_session, session_not_found
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.service import SUMS, run_totals, totals_of
+from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,7 @@ class RunStore:
         except asyncpg.PostgresError as exc:
             refused = quota_error(exc)
             if refused is not None:
+                metrics.admission_refused(refused.code)
                 raise refused from exc
             raise
         if row is None:

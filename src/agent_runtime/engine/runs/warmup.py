@@ -3,10 +3,41 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
+import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.settings import Settings
+
+_T = TypeVar("_T")
+
+
+async def _in_daemon_thread(work: Callable[[], _T]) -> _T:
+    """`work()` on a daemon thread of its own. Not `asyncio.to_thread`: the interpreter joins the default
+    executor's threads at exit, so a stop right after start-up waited for the import to finish (10-30 s)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def on_loop(settle: Callable[[], None]) -> None:
+        if not done.cancelled():
+            settle()
+
+    def run() -> None:
+        try:
+            result = work()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            settle = functools.partial(done.set_exception, exc)
+        else:
+            settle = functools.partial(done.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+            loop.call_soon_threadsafe(on_loop, settle)
+
+    threading.Thread(target=run, name="warm-up", daemon=True).start()
+    return await done
 
 
 class Warmup:
@@ -37,11 +68,11 @@ class Warmup:
         from agent_runtime.engine.flow.crewai_env import load_crewai
 
         # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
-        # work that neither library offers an async way to do; a worker thread keeps the loop serving
-        # requests meanwhile (the import lock makes a concurrent first run simply wait).
-        await asyncio.to_thread(load_crewai, self._settings.data_dir)
-        await asyncio.to_thread(__import__, "agent_runtime.engine.flow.crew_flow")
-        await asyncio.to_thread(self.client)
+        # work that neither library offers an async way to do; a thread keeps the loop serving requests
+        # meanwhile (the import lock makes a concurrent first run simply wait).
+        await _in_daemon_thread(lambda: load_crewai(self._settings.data_dir))
+        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crew_flow"))
+        await _in_daemon_thread(self.client)
         # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
         # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
         # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from agent_runtime.engine.profiles.models import UserAgentContext
+from agent_runtime.observability import metrics
+from agent_runtime.observability.tracing import mark_failed, tool_span
 
 logger = logging.getLogger(__name__)
 
@@ -91,22 +95,40 @@ class Tool(ABC, Generic[ArgsT]):
         """Do the work; raise ToolError for an expected failure the model should see."""
 
     async def run(self, args_json: str, ctx: UserAgentContext) -> ToolOutcome:
+        """Run the tool as one span and one metrics sample; the outcome is what the model sees."""
+        started = time.perf_counter()
+        with tool_span(self.name) as span:
+            result = await self._run(args_json, ctx)
+            if result.outcome != "ok":
+                mark_failed(span, result.outcome)
+        metrics.tool_call(self.name, result.outcome, time.perf_counter() - started)
+        return result.value
+
+    async def _run(self, args_json: str, ctx: UserAgentContext) -> _Result:
         # Models often send an empty string instead of "{}" for a function without parameters.
         try:
             args = self.args_model.model_validate_json(args_json if args_json.strip() else "{}")
         except ValidationError as exc:
-            return ToolOutcome.failure(_validation_message(exc))
+            return _Result("invalid_arguments", ToolOutcome.failure(_validation_message(exc)))
         try:
             result = await asyncio.wait_for(self.execute(args, ctx), timeout=self.timeout_seconds)
         except ToolError as exc:
-            return ToolOutcome.failure(str(exc))
+            return _Result("error", ToolOutcome.failure(str(exc)))
         except TimeoutError:
-            return ToolOutcome.failure(f"{self.name} timed out after {self.timeout_seconds:g} s")
+            return _Result("timeout", ToolOutcome.failure(f"{self.name} timed out after {self.timeout_seconds:g} s"))
         except Exception:
             # A bug in a tool must not end the run; the model is told the tool failed and can carry on.
             logger.exception("tool %s failed", self.name)
-            return ToolOutcome.failure(f"{self.name} failed with an internal error")
-        return ToolOutcome(ok=True, content=result.model_dump_json())
+            return _Result("internal_error", ToolOutcome.failure(f"{self.name} failed with an internal error"))
+        return _Result("ok", ToolOutcome(ok=True, content=result.model_dump_json()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """A tool call's outcome for the metrics (a bounded label) and what the model gets."""
+
+    outcome: Literal["ok", "invalid_arguments", "error", "timeout", "internal_error"]
+    value: ToolOutcome
 
 
 class ToolError(Exception):

@@ -7,6 +7,7 @@ from typing import Any
 
 from agent_runtime.engine.flow.tools.base import OpenAITool, Tool, ToolOutcome
 from agent_runtime.engine.profiles.models import UserAgentContext
+from agent_runtime.observability import metrics
 
 AnyTool = Tool[Any]
 
@@ -28,6 +29,8 @@ class RunToolSet:
         tool = self._tools.get(name)
         if tool is None:
             # The model asked for a tool it was not given: tell it, so it can recover, instead of failing the run.
+            # Its name is the model's invention, so the metric does not take it as a label.
+            metrics.tool_call(metrics.UNKNOWN, "unknown_tool", 0.0)
             return ToolOutcome.failure(f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}")
         return await tool.run(args_json, self._ctx)
 

@@ -1,0 +1,1 @@
+"""Metrics, traces and the background samplers that feed them."""

@@ -1,0 +1,74 @@
+"""The embedded PostgreSQL is stopped on every clean exit, whatever an earlier crash left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.serve import start_serve
+
+from agent_runtime.db.embedded import HANDLE_PIDS_FILE, repair_handle_pids
+
+
+def _postgres_processes(pgdata: Path) -> list[int]:
+    """Pids of the PostgreSQL server processes (postmaster and children) whose command line names pgdata."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "postgres" in cmdline and str(pgdata) in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_repair_drops_dead_pids_only(tmp_path: Path) -> None:
+    dead = 2**22 + 12345  # above the kernel's pid_max default: never a live process
+    (tmp_path / HANDLE_PIDS_FILE).write_text(json.dumps([dead, os.getpid()]))
+
+    assert repair_handle_pids(tmp_path) == [dead]
+    assert json.loads((tmp_path / HANDLE_PIDS_FILE).read_text()) == [os.getpid()]
+    assert repair_handle_pids(tmp_path) == []
+    (tmp_path / HANDLE_PIDS_FILE).write_text("[12, ")  # torn write
+    assert repair_handle_pids(tmp_path) == []
+    assert json.loads((tmp_path / HANDLE_PIDS_FILE).read_text()) == []
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # Not under pytest's tmp_path: as root, PostgreSQL runs as the `pgserver` user, and any pytest session
+    # starting on the machine resets pytest's temp root to mode 0700, locking that user out mid-test.
+    path = Path(tempfile.mkdtemp(prefix="agent-runtime-test-embedded-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(data_dir: Path, tmp_path: Path) -> None:
+    pgdata = (data_dir / "pgdata").resolve()
+    env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1"}
+
+    crashed = await start_serve("crashed", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    crashed.kill()  # SIGKILL: no lifespan shutdown, no atexit; PostgreSQL keeps running
+    await crashed.proc.wait()
+    assert crashed.proc.pid in json.loads((pgdata / HANDLE_PIDS_FILE).read_text())
+    assert _postgres_processes(pgdata), "the crash should have left PostgreSQL running"
+
+    clean = await start_serve("clean", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    clean.proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(clean.proc.wait(), 120)
+    output = clean.log_tail(20_000)
+    assert clean.proc.returncode in (0, 130), output
+
+    assert _postgres_processes(pgdata) == [], output
+    assert json.loads((pgdata / HANDLE_PIDS_FILE).read_text()) == []
+    assert "Traceback" not in output and '"level": "ERROR"' not in output, output

@@ -1,0 +1,119 @@
+"""What a newcomer sees when start-up cannot work: one line naming the setting and the cause, exit 1,
+no traceback, and nothing started (no embedded PostgreSQL) before the check fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import TEST_JWT_SECRET
+
+from agent_runtime.cli import main
+
+CLI = [sys.executable, "-m", "agent_runtime.cli"]
+
+
+async def _cli(*args: str, env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args, env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode is not None
+    return proc.returncode, stdout.decode(), stderr.decode()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    values = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PORT", "HOST", "METRICS_PORT")}
+    return {**values, "JWT_SECRET": TEST_JWT_SECRET, "DATA_DIR": str(tmp_path / "data")}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+async def test_unreachable_database_url_is_one_line(command: str, env: dict[str, str], tmp_path: Path) -> None:
+    env["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing"
+    env["PORT"] = str(_free_port())
+
+    code, stdout, stderr = await _cli(command, env=env, cwd=tmp_path)
+
+    assert code == 1
+    assert stdout == ""
+    assert stderr.startswith("agent-runtime: cannot start: DATABASE_URL: cannot connect: "), stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
+
+
+async def test_missing_database_names_the_variable(env: dict[str, str], tmp_path: Path, database_url: str) -> None:
+    env["DATABASE_URL"] = database_url.rsplit("/", 1)[0] + "/no_such_database_here"
+
+    code, _, stderr = await _cli("migrate", env=env, cwd=tmp_path)
+
+    assert (code, stderr) == (
+        1,
+        'agent-runtime: cannot start: DATABASE_URL: database "no_such_database_here" does not exist\n',
+    )
+
+
+def test_malformed_database_url_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DATABASE_URL", "mysql://someone@localhost/db")
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["migrate"])
+
+    message = "invalid configuration: DATABASE_URL: Value error, must be a postgresql:// (or postgres://) URL"
+    assert exit_info.value.code == message
+
+
+async def test_debug_level_adds_the_traceback(env: dict[str, str], tmp_path: Path) -> None:
+    env["DATABASE_URL"] = f"postgresql://postgres@127.0.0.1:{_free_port()}/nothing"
+    env["LOG_LEVEL"] = "DEBUG"
+
+    code, _, stderr = await _cli("migrate", env=env, cwd=tmp_path)
+
+    assert code == 1
+    assert "Traceback" in stderr and "ConnectionRefusedError" in stderr
+    assert stderr.splitlines()[-1].startswith("agent-runtime: cannot start: DATABASE_URL: cannot connect: ")
+
+
+@pytest.mark.parametrize(
+    ("port", "message"),
+    [
+        ("84640", "PORT: Input should be less than or equal to 65535"),
+        ("0", "PORT: Input should be greater than or equal to 1"),
+        ("-1", "PORT: Input should be greater than or equal to 1"),
+    ],
+)
+def test_port_option_is_validated(port: str, message: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Validated by the settings model, like PORT: before anything starts (sys.exit's message goes to stderr).
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", f"--port={port}"])
+
+    assert exit_info.value.code == f"invalid configuration: {message}"
+
+
+async def test_port_in_use_is_reported_before_the_database_starts(env: dict[str, str], tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        code, stdout, stderr = await _cli("serve", "--port", str(port), env=env, cwd=tmp_path)
+
+    assert (code, stdout) == (1, "")
+    assert stderr == (
+        f"agent-runtime: cannot start: PORT: port {port} on 127.0.0.1 is already in use (another agent-runtime?); "
+        "choose another with --port or PORT\n"
+    )
+    # DATABASE_URL is unset: the embedded PostgreSQL would have created its data directory.
+    assert not (tmp_path / "data" / "pgdata").exists()
