@@ -23,6 +23,7 @@ from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, User
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileUpdate
+from agent_runtime.engine.runs.pending import PendingStore
 from agent_runtime.engine.runs.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionUpdate
@@ -70,7 +71,7 @@ async def test_another_users_session_reads_as_missing_through_every_method(
     ctx = intruder.ctx
     attempts: dict[str, Callable[[], Awaitable[object]]] = {
         "get": lambda: engine.sessions.get(ctx, sid),
-        "ensure": lambda: engine.sessions.ensure(ctx, sid),
+        "agui_thread": lambda: PendingStore(engine.pool).load(ctx, sid, ["m"]),
         "update": lambda: engine.sessions.update(ctx, sid, SessionUpdate(title="pwned")),
         "delete": lambda: engine.sessions.delete(ctx, sid),
         "start_run": lambda: engine.runs.store.start(ctx, sid, uuid4(), _turn("run", "-", "0")[:1]),
