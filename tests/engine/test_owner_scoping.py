@@ -88,6 +88,10 @@ async def test_another_users_session_reads_as_missing_through_every_method(
             outcomes[name] = exc.message
     assert outcomes == dict.fromkeys(attempts, f"session {sid} not found")
     assert await owners_view() == before
+    # The AG-UI snapshot read raises no ownership error: it must come back empty, not with the owner's rows.
+    owners_rows = await engine.messages.latest_visible(owner.ctx, sid, limit=100)
+    assert [m.content for m in owners_rows] == ["secret?", "secret!"]
+    assert await engine.messages.latest_visible(ctx, sid, limit=100) == []
 
 
 async def test_lists_and_sums_hold_only_the_callers_rows(engine: RuntimeEngine, make_user: Callable[[], User]) -> None:
