@@ -25,8 +25,6 @@ from agent_runtime.engine.text import ERROR_TYPE
 
 NUL = "a\x00b"
 SURROGATE = "a\ud800b"
-# Owned by the AG-UI work (RunAgentInput's fields are checked there); remove once it uses ClientText.
-NOT_YET_COVERED = {("post", "/v1/agui")}
 
 Builder = Callable[[str], Any]
 
@@ -38,6 +36,7 @@ class Site:
     loc: tuple[str | int, ...]
     build: Builder
     formatted: bool  # uuid/date-time strings: refused by their own parser, with its own error type
+    branches: tuple[str | int, ...] = ()  # the union tags on the way (not in `loc`; they tell cases apart)
 
 
 class Walker:
@@ -89,7 +88,7 @@ class Walker:
             yield Site(loc, lambda bad: bad, "format" in schema)
         elif kind == "array":
             for site in self.sites(schema["items"], loc):
-                yield Site((*loc, 0, *site.loc[len(loc) :]), _in_list(site.build), site.formatted)
+                yield Site((*loc, 0, *site.loc[len(loc) :]), _in_list(site.build), site.formatted, site.branches)
         elif kind == "object":
             yield from self._object_sites(schema, loc)
 
@@ -97,18 +96,19 @@ class Walker:
         base = {name: self.minimal(schema["properties"][name]) for name in schema.get("required", [])}
         for name, member in schema.get("properties", {}).items():
             for site in self.sites(member, (*loc, name)):
-                yield Site(site.loc, _in_object(base, name, site.build), site.formatted)
+                yield Site(site.loc, _in_object(base, name, site.build), site.formatted, site.branches)
         if schema.get("additionalProperties", False) is not False:
-            # A free-form object (any keys): a bad nested value and a bad key, reported at the object itself.
-            yield Site(loc, lambda bad: {**base, "note": [{"inner": bad}]}, False)
-            yield Site(loc, lambda bad: {**base, bad: 1}, False)
+            # A free-form object (any keys): a bad nested value and a bad key (named with U+FFFD in its place).
+            yield Site((*loc, "note", 0, "inner"), lambda bad: {**base, "note": [{"inner": bad}]}, False)
+            yield Site((*loc, "a\ufffdb"), lambda bad: {**base, bad: 1}, False)
 
     def _union_sites(self, schema: dict[str, Any], loc: tuple[str | int, ...]) -> Iterator[Site]:
         tag = schema["discriminator"]["propertyName"]
         for value, ref in schema["discriminator"]["mapping"].items():
             tag_value = int(value) if value.isdigit() else value
-            for site in self.sites({"$ref": ref}, (*loc, tag_value)):
-                yield Site(site.loc, _tagged(tag, tag_value, site.build), site.formatted)
+            # Reported at its JSON path: the union's tag is not part of it.
+            for site in self.sites({"$ref": ref}, loc):
+                yield Site(site.loc, _tagged(tag, tag_value, site.build), site.formatted, (tag_value, *site.branches))
 
 
 def _in_list(build: Builder) -> Builder:
@@ -135,7 +135,8 @@ class Case:
     @property
     def id(self) -> str:
         kind = "nul" if self.bad == NUL else "surrogate"
-        return f"{self.method.upper()} {self.path} {self.where}.{'.'.join(map(str, self.site.loc))} {kind}"
+        branches = f" ({'/'.join(map(str, self.site.branches))})" if self.site.branches else ""
+        return f"{self.method.upper()} {self.path} {self.where}.{'.'.join(map(str, self.site.loc))}{branches} {kind}"
 
 
 def _cases(document: dict[str, Any]) -> list[Case]:
@@ -143,8 +144,6 @@ def _cases(document: dict[str, Any]) -> list[Case]:
     cases = []
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
-            if (method, path) in NOT_YET_COVERED:
-                continue
             body = operation.get("requestBody", {}).get("content", {}).get("application/json")
             minimal = None if body is None else walker.minimal(body["schema"])
             for parameter in operation.get("parameters", []):
@@ -175,8 +174,8 @@ def test_the_walk_finds_the_known_text_fields() -> None:
     found = {c.id for c in CASES}
     for expected in (
         "PUT /v1/profile body.username surrogate",
-        "PUT /v1/profile body.settings.2.privacy nul",
-        "PUT /v1/profile body.settings.1.preferences.timezone surrogate",
+        "PUT /v1/profile body.settings.privacy.note.0.inner (2) nul",
+        "PUT /v1/profile body.settings.preferences.timezone (1) surrogate",
         "POST /v1/sessions body.title nul",
         "PATCH /v1/sessions/{session_id} body.title surrogate",
         "GET /v1/sessions query.q nul",
@@ -185,6 +184,10 @@ def test_the_walk_finds_the_known_text_fields() -> None:
         "POST /v1/sessions/{session_id}/runs body.message_id nul",
         "POST /v1/sessions/{session_id}/runs body.context.0.value surrogate",
         "DELETE /v1/sessions/{session_id} path.session_id nul",
+        "POST /v1/agui body.threadId surrogate",
+        "POST /v1/agui body.messages.0.content (assistant) nul",
+        "POST /v1/agui body.messages.0.content (user) surrogate",
+        "POST /v1/agui body.messages.0.toolCallId (tool) nul",
     ):
         assert expected in found, sorted(found)
     assert len(CASES) > 40

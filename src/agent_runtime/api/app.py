@@ -13,6 +13,7 @@ from fastapi_offline import FastAPIOffline
 
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware
+from agent_runtime.api.openapi import install_openapi
 from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.observability.metrics_server import MetricsServer
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telemetry={"metrics": False, "logs": False, "operation_spans": False, "exclude": _untraced},
     )
     install_error_handlers(app)
+    install_openapi(app)
     app.include_router(health.router)
     app.include_router(profile.router)
     app.include_router(sessions.router)

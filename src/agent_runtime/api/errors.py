@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agent_runtime.engine.errors import AppError, ErrorDetail
+from agent_runtime.engine.text import ERROR_TYPE, first_unstorable
 from agent_runtime.logging_setup import request_id_var
 
 _HTTP_CODES = {
@@ -79,14 +80,24 @@ async def _app_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    # Unstorable text anywhere in a JSON body is one error at its JSON path, whatever pydantic made of it
+    # (a lone surrogate fails every branch of a union, one error each, with union tags in their paths).
+    found = first_unstorable(exc.body, ["body"])
+    if found is not None:
+        detail = ErrorDetail(loc=found.loc, msg=found.problem, type=ERROR_TYPE)
+        return error_json(422, "validation_error", f"invalid request: {_dotted(detail.loc)}", details=[detail])
     details = [
         ErrorDetail(
             loc=[str(p) if not isinstance(p, int) else p for p in e.get("loc", ())], msg=e["msg"], type=e["type"]
         )
         for e in exc.errors()
     ]
-    fields = ", ".join(".".join(str(p) for p in d.loc) for d in details)
+    fields = ", ".join(_dotted(d.loc) for d in details)
     return error_json(422, "validation_error", f"invalid request: {fields}", details=details)
+
+
+def _dotted(loc: list[str | int]) -> str:
+    return ".".join(str(p) for p in loc)
 
 
 def _allowed_methods(request: Request) -> str:

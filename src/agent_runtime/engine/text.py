@@ -12,7 +12,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from pydantic import BeforeValidator, Field, GetJsonSchemaHandler, PlainValidator
+from pydantic import BaseModel, BeforeValidator, Field, GetJsonSchemaHandler, PlainValidator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 from typing_extensions import TypeAliasType
@@ -48,21 +48,27 @@ def _refuse_unstorable_input(value: object) -> object:
     return refuse_unstorable(value) if isinstance(value, str) else value
 
 
-def _first_problem(value: object, path: list[str | int]) -> str | None:
+class UnstorableAt(BaseModel):
+    """Where the first unstorable text of a JSON value is: its path (a bad key named with U+FFFD in place of
+    the bad characters, since the error body itself must be valid UTF-8) and what is wrong."""
+
+    loc: list[str | int]
+    problem: str
+
+
+def first_unstorable(value: object, path: list[str | int]) -> UnstorableAt | None:
     if isinstance(value, str):
         problem = text_problem(value)
-        return None if problem is None else f"{problem} at {json.dumps(path)}"
+        return None if problem is None else UnstorableAt(loc=path, problem=problem)
     if isinstance(value, dict):
         for key, item in value.items():
-            problem = text_problem(key)
-            if problem is not None:
-                return f"{problem} in the key at {json.dumps([*path, key])}"
-            found = _first_problem(item, [*path, key])
+            here = [*path, storable(str(key))]
+            found = first_unstorable(key, here) or first_unstorable(item, here)
             if found is not None:
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            found = _first_problem(item, [*path, index])
+            found = first_unstorable(item, [*path, index])
             if found is not None:
                 return found
     return None
@@ -73,9 +79,9 @@ def _refuse_unstorable_json(value: object) -> dict[str, Any]:
     # key, not one per member of the JSON union at every level.
     if not isinstance(value, dict):
         raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
-    problem = _first_problem(value, [])
-    if problem is not None:
-        raise PydanticCustomError(ERROR_TYPE, problem)
+    found = first_unstorable(value, [])
+    if found is not None:
+        raise PydanticCustomError(ERROR_TYPE, f"{found.problem} at {json.dumps(found.loc)}")
     return value
 
 

@@ -4,7 +4,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 from uuid import UUID
 
-from ag_ui.core import RunAgentInput
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
@@ -12,6 +11,7 @@ from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
+from agent_runtime.engine.runs.agui_input import AguiRunInput
 from agent_runtime.engine.runs.event_log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
 from agent_runtime.engine.runs.models import (
@@ -156,7 +156,7 @@ async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller
     response_class=StreamingResponse,
     responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
-async def run_agui(body: RunAgentInput, engine: Engine, ctx: Caller) -> StreamingResponse:
+async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is one of the caller's sessions (create it with `POST /v1/sessions`;
     any other id is a 404, whether it exists or not). The stored thread is the truth: of `messages`, only
     new user messages and results for pending frontend tool calls are taken (anything else is reported in a

@@ -17,7 +17,7 @@ from collections.abc import Collection, Set
 from uuid import UUID
 
 import ag_ui.core as agui
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
@@ -36,7 +36,7 @@ from agent_runtime.engine.runs.models import (
 )
 from agent_runtime.engine.runs.pending import PendingStore, PendingTurn, SessionAguiState
 from agent_runtime.engine.runs.run_state import RUN_STATE_KEY
-from agent_runtime.engine.text import storable, text_problem
+from agent_runtime.engine.text import ERROR_TYPE, first_unstorable
 from agent_runtime.logging_setup import request_id_var
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,13 @@ def _invalid(message: str, loc: list[str | int], msg: str) -> ValidationFailedEr
     return ValidationFailedError(message, details=[ErrorDetail(loc=loc, msg=msg)])
 
 
+class AguiRunInput(agui.RunAgentInput):
+    """ag-ui-protocol's `RunAgentInput`, with `threadId` documented as what it must be here: a session's UUID.
+    The type stays `str` (the protocol's), so that the check below answers with its own message."""
+
+    thread_id: str = Field(json_schema_extra={"format": "uuid"})
+
+
 def thread_session_id(agui_input: agui.RunAgentInput) -> UUID:
     try:
         return UUID(agui_input.thread_id)
@@ -66,30 +73,13 @@ def thread_session_id(agui_input: agui.RunAgentInput) -> UUID:
         ) from exc
 
 
-def _first_unstorable(value: object, path: list[str | int]) -> ErrorDetail | None:
-    if isinstance(value, str):
-        problem = text_problem(value)
-        return None if problem is None else ErrorDetail(loc=path, msg=problem, type="unstorable_text")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            # A bad key is named with U+FFFD in its place: the error body itself must be valid UTF-8.
-            here = [*path, storable(str(key))]
-            found = _first_unstorable(key, here) or _first_unstorable(item, here)
-            if found is not None:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _first_unstorable(item, [*path, index])
-            if found is not None:
-                return found
-    return None
-
-
 def check_agui_input(agui_input: agui.RunAgentInput) -> None:
     """What needs no database: storable text everywhere, unique message ids, bounded lists."""
-    problem = _first_unstorable(agui_input.model_dump(by_alias=True), ["body"])
-    if problem is not None:
-        raise ValidationFailedError("invalid text", details=[problem])
+    found = first_unstorable(agui_input.model_dump(by_alias=True), ["body"])
+    if found is not None:
+        raise ValidationFailedError(
+            "invalid text", details=[ErrorDetail(loc=found.loc, msg=found.problem, type=ERROR_TYPE)]
+        )
     seen: set[str] = set()
     for index, message in enumerate(agui_input.messages):
         if message.id in seen:
