@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness
 
+from agent_runtime.engine.runs.models import MAX_NEW_MESSAGES
+
 # Discriminators and enums: a changed value fails their literal check (also a 422, but not ours to name).
 _LITERAL_KEYS = {"role", "type", "status", "op"}
 # Objects whose keys are the client's own (renaming a protocol field would be a missing-field 422 instead).
@@ -131,3 +133,25 @@ async def test_duplicate_message_ids_are_a_422_and_leave_nothing_behind(
     session = await h.session(user, sid)
     assert (session["status"], session["error_id"]) == ("pending", None)
     assert await h.rows(user, sid) == []
+
+
+async def test_more_new_user_messages_than_the_limit_are_a_422_and_leave_nothing_behind(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    # Three times the limit (it was 10,001 rows from one request before there was one).
+    user = make_user()
+    sid = await h.new_session(user)
+    messages = [{"id": f"m-{i}", "role": "user", "content": f"turn {i}"} for i in range(3 * MAX_NEW_MESSAGES)]
+
+    response = await h.client.post(
+        "/v1/agui", headers=user.headers, json={"threadId": sid, "runId": "r", "messages": messages}
+    )
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"] == [
+        {"loc": ["body", "messages"], "msg": f"at most {MAX_NEW_MESSAGES} new user messages", "type": None}
+    ]
+    session = await h.session(user, sid)
+    assert (session["status"], session["error_id"]) == ("pending", None)
+    assert await h.rows(user, sid) == []
+    assert h.stub.requests == []
