@@ -15,7 +15,9 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness
 
-from agent_runtime.engine.runs.models import MAX_NEW_MESSAGES
+from agent_runtime.engine.runs.agui_input import MAX_CLIENT_STATE_BYTES
+from agent_runtime.engine.runs.frontend_tools import MAX_FRONTEND_TOOLS
+from agent_runtime.engine.runs.models import MAX_NEW_MESSAGES, MAX_RESUME_ENTRIES
 
 # Discriminators and enums: a changed value fails their literal check (also a 422, but not ours to name).
 _LITERAL_KEYS = {"role", "type", "status", "op"}
@@ -151,6 +153,44 @@ async def test_more_new_user_messages_than_the_limit_are_a_422_and_leave_nothing
     assert response.json()["error"]["details"] == [
         {"loc": ["body", "messages"], "msg": f"at most {MAX_NEW_MESSAGES} new user messages", "type": None}
     ]
+    session = await h.session(user, sid)
+    assert (session["status"], session["error_id"]) == ("pending", None)
+    assert await h.rows(user, sid) == []
+    assert h.stub.requests == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "loc", "msg"),
+    [
+        (
+            {"resume": [{"interruptId": f"i-{n}", "status": "cancelled"} for n in range(3 * MAX_RESUME_ENTRIES)]},
+            ["body", "resume"],
+            f"at most {MAX_RESUME_ENTRIES}",
+        ),
+        (
+            {"state": {"draft": "x" * (3 * MAX_CLIENT_STATE_BYTES)}},
+            ["body", "state"],
+            f"must be at most {MAX_CLIENT_STATE_BYTES} bytes of JSON",
+        ),
+        (
+            {"tools": [{"name": f"t{n}", "description": "d", "parameters": {}} for n in range(3 * MAX_FRONTEND_TOOLS)]},
+            ["body", "tools"],
+            f"at most {MAX_FRONTEND_TOOLS} tools per run",
+        ),
+    ],
+    ids=["resume", "state", "tools"],
+)
+async def test_each_bounded_part_of_the_input_at_three_times_its_limit_is_a_422_and_leaves_nothing_behind(
+    h: Harness, make_user: Callable[[], User], extra: dict[str, Any], loc: list[str], msg: str
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    body = {"threadId": sid, "runId": "r", "messages": [{"id": "u", "role": "user", "content": "hi"}], **extra}
+
+    response = await h.client.post("/v1/agui", headers=user.headers, json=body)
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"] == [{"loc": loc, "msg": msg, "type": None}]
     session = await h.session(user, sid)
     assert (session["status"], session["error_id"]) == ("pending", None)
     assert await h.rows(user, sid) == []
