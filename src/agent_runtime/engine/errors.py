@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, ClassVar
+from uuid import UUID
 
 from pydantic import BaseModel, Field
 
@@ -46,6 +47,12 @@ class UnauthorizedError(AppError):
 class NotFoundError(AppError):
     status_code = 404
     code = "not_found"
+
+
+def session_not_found(session_id: UUID) -> NotFoundError:
+    # Identical for "missing" and "someone else's" so that ids cannot be probed. Here, below the domains,
+    # because sessions, messages, usage and runs all answer with it.
+    return NotFoundError(f"session {session_id} not found")
 
 
 class ConflictError(AppError):
