@@ -12,9 +12,9 @@ from typing import Any
 
 from agent_runtime.engine.billing.cost import CostCalculator
 from agent_runtime.engine.billing.pricing import PricingTable
+from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
 from agent_runtime.engine.llm.errors import LLMError, map_exception
-from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
