@@ -142,8 +142,6 @@ async def test_a_profile_is_read_by_its_owner_only(engine: RuntimeEngine, make_u
     await engine.profiles.put(owner.ctx, ProfileUpdate(username="owner", bio="private bio"))
     profile = await engine.profiles.get(stranger.ctx)
     assert (profile.user_id, profile.username, profile.bio, profile.created_at) == (stranger.id, "", None, None)
-    context = await engine.profiles.agent_context(stranger.ctx)
-    assert (context.user_id, context.username, context.bio) == (stranger.id, "", None)
 
 
 @asynccontextmanager

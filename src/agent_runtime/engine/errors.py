@@ -64,11 +64,6 @@ class RunInProgressError(ConflictError):
     code = "run_in_progress"
 
 
-class PayloadTooLargeError(AppError):
-    status_code = 413
-    code = "payload_too_large"
-
-
 class TooManyRequestsError(AppError):
     status_code = 429
     code = "rate_limited"

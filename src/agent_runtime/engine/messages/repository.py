@@ -51,16 +51,6 @@ FROM {incoming_rows_sql(6)} CROSS JOIN counters c
 RETURNING {COLUMNS}
 """
 
-EXISTING_IDS_SQL = """
-SELECT message_id FROM agent_chat_messages
-WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])
-"""
-
-RUN_ID_USED_SQL = """
-SELECT 1 FROM agent_chat_messages
-WHERE session_id = $1 AND user_id = $2 AND metadata ->> 'run_id' = $3 LIMIT 1
-"""
-
 SESSION_OWNED_SQL = "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2"
 
 COUNT_VISIBLE_SQL = "SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND seq > 0"
@@ -77,11 +67,6 @@ SELECT * FROM (
     WHERE session_id = $1 AND user_id = $2 AND seq > 0
     ORDER BY seq DESC LIMIT $3
 ) newest ORDER BY seq
-"""
-
-ALL_ROWS_SQL = f"""
-SELECT {COLUMNS} FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2
-ORDER BY created_at, seq
 """
 
 

@@ -19,13 +19,10 @@ from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ConflictError, session_not_found
 from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.messages.repository import (
-    ALL_ROWS_SQL,
     APPEND_SQL,
     COUNT_VISIBLE_SQL,
-    EXISTING_IDS_SQL,
     LATEST_VISIBLE_SQL,
     PAGE_VISIBLE_SQL,
-    RUN_ID_USED_SQL,
     SESSION_OWNED_SQL,
     row_to_message,
 )
@@ -120,18 +117,6 @@ class MessageStore:
     ) -> list[StoredMessage]:
         return await insert_messages(self._pool, ctx, session_id, messages)
 
-    async def append_one(self, ctx: RequestContext, session_id: UUID, message: NewMessage) -> StoredMessage:
-        (stored,) = await self.append(ctx, session_id, [message])
-        return stored
-
-    async def existing_message_ids(self, ctx: RequestContext, session_id: UUID, message_ids: Sequence[str]) -> set[str]:
-        rows = await self._pool.fetch(EXISTING_IDS_SQL, session_id, ctx.user_id, list(message_ids))
-        return {r["message_id"] for r in rows}
-
-    async def run_id_used(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> bool:
-        used = await self._pool.fetchval(RUN_ID_USED_SQL, session_id, ctx.user_id, str(run_id))
-        return used is not None
-
     async def list_visible(
         self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
     ) -> Page[StoredMessage]:
@@ -146,9 +131,4 @@ class MessageStore:
     async def latest_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int) -> list[StoredMessage]:
         """The newest `limit` visible messages, oldest first (one index-backed read; no ownership error)."""
         rows = await self._pool.fetch(LATEST_VISIBLE_SQL, session_id, ctx.user_id, limit)
-        return [row_to_message(r) for r in rows]
-
-    async def list_all(self, ctx: RequestContext, session_id: UUID) -> list[StoredMessage]:
-        """Every row of a session, audit included, in insertion order (tests and admin tooling)."""
-        rows = await self._pool.fetch(ALL_ROWS_SQL, session_id, ctx.user_id)
         return [row_to_message(r) for r in rows]

@@ -10,7 +10,6 @@ from agent_runtime.engine.profiles.models import (
     Profile,
     ProfileSettings,
     ProfileSettingsV2,
-    UserAgentContext,
     upgrade_to_latest,
 )
 from agent_runtime.engine.profiles.repository import GET_SQL, PUT_SQL, SET_BIO_SQL, row_to_profile
@@ -62,9 +61,3 @@ class ProfileService:
             storable(bio),
         )
         return stored
-
-    async def agent_context(self, ctx: RequestContext) -> UserAgentContext:
-        profile = await self.get(ctx)
-        return UserAgentContext(
-            user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
-        )
