@@ -85,7 +85,7 @@ def test_loading_the_example_gives_the_defaults(monkeypatch: pytest.MonkeyPatch,
     from_example = Settings(_env_file=ENV_EXAMPLE)
     assert from_example.model_dump() == defaults.model_dump()
     assert from_example.effective_llm_model == defaults.effective_llm_model
-    assert not from_example.has_provider_key
+    assert (from_example.deepseek_api_key, from_example.openai_api_key) == (None, None)
 
     # And the file really is read: changing one active value changes the result.
     changed = tmp_path / "changed.env"

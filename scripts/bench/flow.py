@@ -345,7 +345,6 @@ async def concurrent(
 # recorder's tool rows run inside run_agent_flow.
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
-    ("agent_runtime.engine.profiles.service", "ProfileService", "agent_context", "ProfileService.agent_context"),
     ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
     ("agent_runtime.engine.flow.crew_flow", None, "run_agent_flow", "run_agent_flow (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),

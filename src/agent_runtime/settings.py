@@ -195,10 +195,6 @@ class Settings(BaseSettings):
         return DEMO_MODEL
 
     @property
-    def has_provider_key(self) -> bool:
-        return self.deepseek_api_key is not None or self.openai_api_key is not None
-
-    @property
     def user_quotas(self) -> UserQuotas:
         """The per-user limits the database enforces; 0 in a setting means no limit (None)."""
         return UserQuotas(

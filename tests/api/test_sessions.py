@@ -7,6 +7,7 @@ import httpx
 import pytest
 from tests.conftest import User
 from tests.support.errors import error_body
+from tests.support.rows import stored_rows
 
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
@@ -91,7 +92,7 @@ async def test_patch_and_delete(client: httpx.AsyncClient, user: User, engine: R
         422,
         [(["body", "title"], "missing")],
     )
-    await engine.messages.append_one(user.ctx, sid, NewMessage(role="user", content="hi", metadata=UserInputMetadata()))  # type: ignore[arg-type]
+    await engine.messages.append(user.ctx, sid, [NewMessage(role="user", content="hi", metadata=UserInputMetadata())])  # type: ignore[arg-type]
     deleted = await client.delete(f"/v1/sessions/{sid}", headers=user.headers)
     assert deleted.status_code == 204 and deleted.content == b""
     gone = await client.get(f"/v1/sessions/{sid}", headers=user.headers)
@@ -107,7 +108,7 @@ async def test_other_users_session_is_404_everywhere(
     owner, intruder = make_user(), make_user()
     session = await _create(client, owner, title="secret")
     sid = session["id"]
-    await engine.messages.append_one(owner.ctx, sid, NewMessage(role="user", content="x", metadata=UserInputMetadata()))  # type: ignore[arg-type]
+    await engine.messages.append(owner.ctx, sid, [NewMessage(role="user", content="x", metadata=UserInputMetadata())])  # type: ignore[arg-type]
     missing = str(uuid4())
     for target in (sid, missing):
         for method, path, body in (
@@ -149,9 +150,11 @@ async def test_messages_visible_only_in_seq_order(client: httpx.AsyncClient, use
             NewMessage(role="assistant", content="answer", metadata=AssistantOutputMetadata(), message_id="m2"),
         ],
     )
-    await engine.messages.append_one(
-        user.ctx, sid, NewMessage(role="user", content="second", metadata=UserInputMetadata(), message_id="m3")
-    )  # type: ignore[arg-type]
+    await engine.messages.append(
+        user.ctx,
+        sid,  # type: ignore[arg-type]
+        [NewMessage(role="user", content="second", metadata=UserInputMetadata(), message_id="m3")],
+    )
     page = (await client.get(f"/v1/sessions/{sid}/messages?limit=2", headers=user.headers)).json()
     assert page["total"] == 3 and page["limit"] == 2
     assert [(m["seq"], m["message_id"], m["role"], m["content"]) for m in page["items"]] == [
@@ -162,7 +165,7 @@ async def test_messages_visible_only_in_seq_order(client: httpx.AsyncClient, use
     assert page["items"][1]["currency"] == "CNY" and page["items"][1]["cost"] == "0.0000000000"
     rest = (await client.get(f"/v1/sessions/{sid}/messages?offset=2", headers=user.headers)).json()
     assert [m["seq"] for m in rest["items"]] == [3]
-    all_rows = await engine.messages.list_all(user.ctx, sid)  # type: ignore[arg-type]
+    all_rows = await stored_rows(engine.pool, user.ctx, sid)  # type: ignore[arg-type]
     assert sorted(m.seq for m in all_rows) == [-1, 1, 2, 3]
     session = (await client.get(f"/v1/sessions/{sid}", headers=user.headers)).json()
     assert session["title"] == "first question"

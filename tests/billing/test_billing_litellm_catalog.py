@@ -9,7 +9,7 @@ from decimal import Decimal
 
 from agent_runtime.engine.billing import LLMUsage, PricingTable
 from agent_runtime.engine.billing.litellm_catalog import catalog_cost, cny_alias, register_cny_prices
-from agent_runtime.engine.llm.litellm_import import load_litellm
+from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.resources import default_config_dir
 
 TABLE = PricingTable.load(default_config_dir() / "pricing.yaml")

@@ -12,6 +12,7 @@ from uuid import UUID, uuid4
 import asyncpg
 import pytest
 from tests.conftest import User
+from tests.support.rows import stored_rows
 
 from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.errors import TooManyRunsError
@@ -120,7 +121,7 @@ async def test_deleting_a_session_deletes_its_messages(engine: RuntimeEngine, us
         user.ctx, sid, [NewMessage(role="user", content="forget me", metadata=UserInputMetadata())]
     )
     await engine.sessions.delete(user.ctx, sid)
-    assert await engine.messages.list_all(user.ctx, sid) == []
+    assert await stored_rows(engine.pool, user.ctx, sid) == []
 
 
 async def test_a_user_has_at_most_the_configured_runs_in_progress(

@@ -7,6 +7,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 from tests.conftest import User
+from tests.support.rows import stored_rows
 
 from agent_runtime.engine.errors import ConflictError, NotFoundError
 from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
@@ -19,8 +20,8 @@ from agent_runtime.engine.sessions.models import SessionCreate
 async def test_twenty_concurrent_appends_all_land(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     messages = [NewMessage(role="user", content=f"m{i}", metadata=UserInputMetadata()) for i in range(20)]
-    stored = await asyncio.gather(*(engine.messages.append_one(user.ctx, session.id, m) for m in messages))
-    assert sorted(s.seq for s in stored) == list(range(1, 21))
+    batches = await asyncio.gather(*(engine.messages.append(user.ctx, session.id, [m]) for m in messages))
+    assert sorted(s.seq for batch in batches for s in batch) == list(range(1, 21))
     rows = await engine.pool.fetch("SELECT seq, content FROM agent_chat_messages WHERE session_id = $1", session.id)
     assert len(rows) == 20 and {r["content"] for r in rows} == {f"m{i}" for i in range(20)}
 
@@ -36,18 +37,16 @@ async def test_append_to_foreign_session_is_404(engine: RuntimeEngine, make_user
     owner, intruder = make_user(), make_user()
     session = await engine.sessions.create(owner.ctx, SessionCreate())
     with pytest.raises(NotFoundError):
-        await engine.messages.append_one(
-            intruder.ctx, session.id, NewMessage(role="user", metadata=UserInputMetadata())
-        )
+        await engine.messages.append(intruder.ctx, session.id, [NewMessage(role="user", metadata=UserInputMetadata())])
 
 
 async def test_duplicate_message_id_is_conflict(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     message = NewMessage(role="user", content="x", metadata=UserInputMetadata(), message_id="client-1")
-    await engine.messages.append_one(user.ctx, session.id, message)
+    await engine.messages.append(user.ctx, session.id, [message])
     with pytest.raises(ConflictError):
-        await engine.messages.append_one(user.ctx, session.id, message)
-    assert await engine.messages.existing_message_ids(user.ctx, session.id, ["client-1", "client-2"]) == {"client-1"}
+        await engine.messages.append(user.ctx, session.id, [message])
+    assert [m.message_id for m in await stored_rows(engine.pool, user.ctx, session.id)] == ["client-1"]
 
 
 def test_metadata_is_validated_before_insert() -> None:
@@ -65,17 +64,17 @@ def test_metadata_is_validated_before_insert() -> None:
 async def test_title_from_first_user_message_never_overwritten(engine: RuntimeEngine, user: User) -> None:
     session = await engine.sessions.create(user.ctx, SessionCreate())
     long_text = "  line one\nline two " + "x" * 100
-    await engine.messages.append_one(
-        user.ctx, session.id, NewMessage(role="user", content=long_text, metadata=UserInputMetadata())
+    await engine.messages.append(
+        user.ctx, session.id, [NewMessage(role="user", content=long_text, metadata=UserInputMetadata())]
     )
-    await engine.messages.append_one(
-        user.ctx, session.id, NewMessage(role="user", content="other", metadata=UserInputMetadata())
+    await engine.messages.append(
+        user.ctx, session.id, [NewMessage(role="user", content="other", metadata=UserInputMetadata())]
     )
     title = (await engine.sessions.get(user.ctx, session.id)).title
     assert title == ("line one line two " + "x" * 100)[:64]
     blank = await engine.sessions.create(user.ctx, SessionCreate())
-    await engine.messages.append_one(
-        user.ctx, blank.id, NewMessage(role="user", content=" \n ", metadata=UserInputMetadata())
+    await engine.messages.append(
+        user.ctx, blank.id, [NewMessage(role="user", content=" \n ", metadata=UserInputMetadata())]
     )
     assert (await engine.sessions.get(user.ctx, blank.id)).title == "新会话"
 
@@ -217,7 +216,7 @@ async def test_cost_is_numeric_in_db(engine: RuntimeEngine, user: User) -> None:
         metadata=AuditMetadata(stage="execution", cost_source="custom_pricing"),
     )
     await engine.messages.append(user.ctx, session.id, [*calls, big])
-    stored = await engine.messages.list_all(user.ctx, session.id)
+    stored = await stored_rows(engine.pool, user.ctx, session.id)
     assert sorted(m.cost for m in stored) == [Decimal("0.1000000000")] * 10 + [Decimal("1234567890.0123456789")]
     usage = await engine.usage.for_session(user.ctx, session.id)
     assert [(s.stage, s.cost) for s in usage.by_stage] == [

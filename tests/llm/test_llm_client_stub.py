@@ -14,10 +14,7 @@ from agent_runtime.engine.llm import (
     FunctionSpec,
     LLMRequest,
     LLMResponse,
-    LLMStreamEnd,
-    LLMTextDelta,
     LLMToolCall,
-    LLMToolCallDelta,
     ToolSchema,
     WireMessage,
 )
@@ -111,30 +108,27 @@ async def test_stream_usage_is_read_from_the_last_chunk(stub: DeepSeekStub, make
     stub.enqueue(
         StubReply(content="streamed", usage=StubUsage(prompt_tokens=50, completion_tokens=5, cache_hit_tokens=20))
     )
-    events = [event async for event in make_client().stream(HELLO)]
-    assert [type(e) for e in events] == [LLMTextDelta, LLMTextDelta, LLMStreamEnd]
-    final = events[-1]
-    assert isinstance(final, LLMStreamEnd)
-    assert final.response.usage == LLMUsage(
+    pieces: list[str] = []
+
+    async def on_delta(text: str) -> bool:
+        pieces.append(text)
+        return True
+
+    response = await make_client().complete_streaming(HELLO, on_delta)
+    assert (pieces, response.content) == (["stre", "amed"], "streamed")
+    assert response.usage == LLMUsage(
         prompt_tokens=50, completion_tokens=5, total_tokens=55, cache_hit_tokens=20, cache_miss_tokens=30
     )
-    assert final.response.cost.cost == Decimal("0.000079")  # 20 * 0.2 + 30 * 2 + 5 * 3 = 79
+    assert response.cost.cost == Decimal("0.000079")  # 20 * 0.2 + 30 * 2 + 5 * 3 = 79
     assert stub.requests[-1].body["stream_options"] == {"include_usage": True}
 
 
 async def test_streamed_tool_call_is_assembled(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    # The stub streams the call in three pieces: id and name with empty arguments, then the arguments in two.
     stub.enqueue(StubReply(tool_calls=[StubToolCall(id="call_9", name="current_time", arguments='{"tz": "UTC"}')]))
-    events = [event async for event in make_client().stream(HELLO.model_copy(update={"tools": [CALCULATOR]}))]
-    deltas = [e for e in events if isinstance(e, LLMToolCallDelta)]
-    assert [(d.id, d.name, d.arguments_delta) for d in deltas] == [
-        ("call_9", "current_time", ""),
-        (None, None, '{"tz":'),
-        (None, None, ' "UTC"}'),
-    ]
-    final = events[-1]
-    assert isinstance(final, LLMStreamEnd)
-    assert final.response.tool_calls == [LLMToolCall(id="call_9", name="current_time", arguments='{"tz": "UTC"}')]
-    assert final.response.finish_reason == "tool_calls"
+    response = await make_client().complete_streaming(HELLO.model_copy(update={"tools": [CALCULATOR]}))
+    assert response.tool_calls == [LLMToolCall(id="call_9", name="current_time", arguments='{"tz": "UTC"}')]
+    assert (response.content, response.finish_reason) == ("", "tool_calls")
 
 
 async def test_json_mode_sends_json_object_and_adds_the_json_hint_when_missing(

@@ -16,7 +16,6 @@ from agent_runtime.engine.memory import (
     UserMessage,
     WindowRead,
 )
-from agent_runtime.engine.pagination import Page
 
 
 def _yield() -> Awaitable[None]:
@@ -80,27 +79,6 @@ async def test_duplicate_id_rejects_the_whole_batch() -> None:
     await repository.append("c2", [user("u1")])
     stored = (await repository.find_by_conversation_id("c1", max_messages=10)).messages
     assert ids(stored) == ["u1"]
-
-
-async def test_conversation_ids_are_paginated_newest_first() -> None:
-    repository = InMemoryChatMemoryRepository()
-    for name in ("c1", "c2", "c3"):
-        await repository.append(name, [user(f"{name}-u")])
-    await repository.append("c1", [reply("c1-a")])
-    assert await repository.find_conversation_ids(limit=2) == Page[str](items=["c3", "c2"], total=3, limit=2, offset=0)
-    assert await repository.find_conversation_ids(limit=2, offset=2) == Page[str](
-        items=["c1"], total=3, limit=2, offset=2
-    )
-    await repository.delete_by_conversation_id("c2")
-    assert await repository.find_conversation_ids(limit=10) == Page[str](
-        items=["c3", "c1"], total=2, limit=10, offset=0
-    )
-
-
-@pytest.mark.parametrize(("limit", "offset"), [(0, 0), (1, -1)])
-async def test_conversation_ids_reject_bad_pages(limit: int, offset: int) -> None:
-    with pytest.raises(BadRequestError):
-        await InMemoryChatMemoryRepository().find_conversation_ids(limit=limit, offset=offset)
 
 
 async def test_unknown_conversation_reads_empty() -> None:

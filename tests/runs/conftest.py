@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from tests.conftest import User
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubUsage
+from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
 from agent_runtime.engine.messages.models import StoredMessage
@@ -250,7 +251,7 @@ class Harness:
 
     async def rows(self, user: User, session_id: str) -> list[StoredMessage]:
         """Every stored row of the session, audit rows included, visible ones first, each in seq order."""
-        rows = await self.engine.messages.list_all(user.ctx, UUID(session_id))
+        rows = await stored_rows(self.engine.pool, user.ctx, UUID(session_id))
         return sorted(rows, key=lambda r: (r.seq < 0, abs(r.seq)))
 
     async def visible(self, user: User, session_id: str) -> list[dict[str, Any]]:

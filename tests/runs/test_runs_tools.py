@@ -34,6 +34,7 @@ from agent_runtime.engine.flow.prompt import (
     PROFILE_BLOCK_START,
     build_global_system_prompt,
 )
+from agent_runtime.engine.profiles.models import UserAgentContext
 
 USERNAME = "Zephyrine Quill"
 BIO = "Paddles kayaks through the Lofoten fjords"
@@ -41,6 +42,14 @@ QUESTION = "What is 17 + 25?"
 ARGS = '{"expression": "17 + 25"}'
 TOOL_RESULT = '{"expression":"17 + 25","result":"42"}'
 ANSWER = "17 + 25 is 42."
+
+
+async def _agent_context(h: Harness, user: User) -> UserAgentContext:
+    """What a run of `user` hands the flow: their profile as the turn runner reads it."""
+    profile = await h.engine.profiles.get(user.ctx)
+    return UserAgentContext(
+        user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
+    )
 
 
 def _billed(row: dict[str, Any], prompt: int, completion: int, hit: int) -> dict[str, Any]:
@@ -284,7 +293,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
         {"role": "assistant", "content": ANSWER},
     ]
 
-    system_prompt = build_global_system_prompt(await h.engine.profiles.agent_context(user.ctx))
+    system_prompt = build_global_system_prompt(await _agent_context(h, user))
     # The block proper: the marker lines (the policy above it names the markers too).
     block_start = system_prompt.index(f"\n{PROFILE_BLOCK_START}\n")
     block_end = system_prompt.index(f"\n{PROFILE_BLOCK_END}", block_start) + len(PROFILE_BLOCK_END) + 1
@@ -417,7 +426,7 @@ async def test_hostile_profile_stays_escaped_inside_the_profile_block(
     assert profile_line.isascii() and "\n" not in profile_line and "\r" not in profile_line
     assert not [c for c in profile_line[1:-1] if c in "<>`{}"]
     block = f"\n{PROFILE_BLOCK_START}\n{profile_line}\n{PROFILE_BLOCK_END}"
-    system_prompt = build_global_system_prompt(await h.engine.profiles.agent_context(user.ctx))
+    system_prompt = build_global_system_prompt(await _agent_context(h, user))
     assert system_prompt.endswith(block)
     policy = system_prompt.removesuffix(block)
     # The real markers, as lines, exactly once each; the bio's fake ones never became lines.

@@ -7,18 +7,12 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 # pgserver's record of the processes holding the server: it stops the server when the last one leaves.
 HANDLE_PIDS_FILE = ".handle_pids.json"
-
-
-class EmbeddedServer(Protocol):
-    def get_uri(self, database: str | None = None) -> str: ...
-
-    def cleanup(self) -> None: ...
 
 
 class EmbeddedStartError(RuntimeError):

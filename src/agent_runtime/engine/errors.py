@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, ClassVar
+from uuid import UUID
 
 from pydantic import BaseModel, Field
 
@@ -48,6 +49,12 @@ class NotFoundError(AppError):
     code = "not_found"
 
 
+def session_not_found(session_id: UUID) -> NotFoundError:
+    # Identical for "missing" and "someone else's" so that ids cannot be probed. Here, below the domains,
+    # because sessions, messages, usage and runs all answer with it.
+    return NotFoundError(f"session {session_id} not found")
+
+
 class ConflictError(AppError):
     status_code = 409
     code = "conflict"
@@ -55,11 +62,6 @@ class ConflictError(AppError):
 
 class RunInProgressError(ConflictError):
     code = "run_in_progress"
-
-
-class PayloadTooLargeError(AppError):
-    status_code = 413
-    code = "payload_too_large"
 
 
 class TooManyRequestsError(AppError):

@@ -40,7 +40,7 @@ class RuntimeEngine:
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool, self.settings.user_quotas)
-        self.runs = RunService(self.settings, self.pool, self.sessions, self.messages, self.templates, dsn=self.dsn)
+        self.runs = RunService(self.settings, self.pool, self.messages, self.templates, dsn=self.dsn)
 
     async def is_ready(self) -> bool:
         try:

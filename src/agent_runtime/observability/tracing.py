@@ -31,7 +31,6 @@ tracer = trace.get_tracer("agent_runtime")
 
 # Attribute names of our own (no semantic convention covers them).
 COST_ATTRIBUTE = "agent_runtime.cost_cny"
-REQUEST_ID_ATTRIBUTE = "agent_runtime.request_id"
 RUN_ID_ATTRIBUTE = "agent_runtime.run_id"
 SESSION_ID_ATTRIBUTE = "agent_runtime.session_id"
 ERROR_ID_ATTRIBUTE = "agent_runtime.error_id"

@@ -8,23 +8,16 @@ registered under an alias in a provider namespace of our own (`agent-runtime-cny
 from __future__ import annotations
 
 from decimal import Decimal
-from types import ModuleType
 
 from agent_runtime.engine.billing.models import COST_QUANTUM, TOKENS_PER_PRICE_UNIT, LLMUsage
 from agent_runtime.engine.billing.pricing import PricingConfigError, PricingTable
+from agent_runtime.engine.litellm_import import load_litellm
 
 ALIAS_PROVIDER = "agent-runtime-cny"
 
 
 def cny_alias(model_key: str) -> str:
     return f"{ALIAS_PROVIDER}/{model_key.rsplit('/', 1)[-1]}"
-
-
-def _litellm() -> ModuleType:
-    # Imported here, not at the top: `engine.llm` imports billing, so a top-level import would be a cycle.
-    from agent_runtime.engine.llm.litellm_import import load_litellm
-
-    return load_litellm()
 
 
 def register_cny_prices(table: PricingTable) -> None:
@@ -41,12 +34,12 @@ def register_cny_prices(table: PricingTable) -> None:
             "litellm_provider": ALIAS_PROVIDER,
             "mode": "chat",
         }
-    _litellm().register_model(entries)
+    load_litellm().register_model(entries)
 
 
 def catalog_cost(model_key: str, usage: LLMUsage) -> Decimal:
     """`litellm.completion_cost` on the CNY alias; every prompt token is priced as a cache miss."""
-    litellm = _litellm()
+    litellm = load_litellm()
     alias = cny_alias(model_key)
     response = litellm.ModelResponse(
         model=alias,

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from agent_runtime.engine.messages.metadata import CostSource
-
+# Where a call's price came from; also stored in each billed message's metadata (engine/messages/metadata.py).
+CostSource = Literal["custom_pricing", "litellm_catalog", "none"]
 # numeric(20,10) in the database: ten decimal places, stored exactly.
 COST_QUANTUM = Decimal("0.0000000001")
 TOKENS_PER_PRICE_UNIT = Decimal(1_000_000)

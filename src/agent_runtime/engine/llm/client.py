@@ -6,16 +6,16 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agent_runtime.engine.billing.cost import CostCalculator
 from agent_runtime.engine.billing.pricing import PricingTable
+from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
 from agent_runtime.engine.llm.errors import LLMError, map_exception
-from agent_runtime.engine.llm.litellm_import import load_litellm
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, LLMStreamEnd, LLMStreamEvent
+from agent_runtime.engine.llm.models import LLMRequest, LLMResponse
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
 from agent_runtime.observability import metrics
@@ -92,10 +92,6 @@ class LLMClient:
         # Looked up once: LiteLLM resolves module attributes lazily, per access.
         self._acompletion: Callable[..., Awaitable[Any]] = acompletion or load_litellm().acompletion
 
-    @property
-    def default_model(self) -> str:
-        return self.settings.effective_llm_model
-
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One answer; with `request.stream` set it is streamed on the wire and returned whole."""
         if request.stream:
@@ -157,35 +153,6 @@ class LLMClient:
             return self._response(target, accumulator.finish())
 
         return await self._observed(target, attempt, streaming=True)
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamEvent]:
-        """Text and tool-call deltas as they arrive, then one `LLMStreamEnd` with the whole response."""
-        target = self.builder.target(request.model)
-        kwargs = self.builder.kwargs(request, target, stream=True)
-        retries = 0
-        while True:
-            delivered = False
-            try:
-                accumulator = StreamAccumulator()
-                async with asyncio.timeout(self._timeout):
-                    chunks = await self._acompletion(**kwargs)
-                try:
-                    async for chunk in _provider_chunks(chunks):
-                        for event in accumulator.feed(chunk):
-                            delivered = True
-                            yield event
-                finally:
-                    await _close(chunks)
-                final = LLMStreamEnd(response=self._response(target, accumulator.finish()))
-            except Exception as exc:
-                error = map_exception(exc, secrets=self._secrets)
-                if delivered or not self.retry.should_retry(error, retries):
-                    raise error from exc
-            else:
-                yield final
-                return
-            await self._backoff(target, error, retries)
-            retries += 1
 
     async def _observed(
         self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]], *, streaming: bool

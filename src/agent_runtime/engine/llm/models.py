@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -93,37 +93,11 @@ class LLMResponse(_Wire):
     )
 
 
-class LLMTextDelta(_Wire):
-    type: Literal["text_delta"] = "text_delta"
-    text: str
-
-
-class LLMToolCallDelta(_Wire):
-    """A piece of a streamed tool call; `id` and `name` arrive once, `arguments_delta` in pieces."""
-
-    type: Literal["tool_call_delta"] = "tool_call_delta"
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments_delta: str = ""
-
-
-class LLMStreamEnd(_Wire):
-    type: Literal["end"] = "end"
-    response: LLMResponse
-
-
-LLMStreamEvent = Annotated[LLMTextDelta | LLMToolCallDelta | LLMStreamEnd, Field(discriminator="type")]
-
 __all__ = [
     "FunctionSpec",
     "LLMRequest",
     "LLMResponse",
-    "LLMStreamEnd",
-    "LLMStreamEvent",
-    "LLMTextDelta",
     "LLMToolCall",
-    "LLMToolCallDelta",
     "LLMUsage",
     "NamedFunction",
     "NamedToolChoice",

@@ -7,7 +7,7 @@ from typing import Any
 
 from agent_runtime.engine.billing.models import LLMUsage
 from agent_runtime.engine.llm.errors import LLMInvalidResponseError, LLMStreamInterruptedError
-from agent_runtime.engine.llm.models import LLMTextDelta, LLMToolCall, LLMToolCallDelta
+from agent_runtime.engine.llm.models import LLMToolCall
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -107,7 +107,7 @@ class _ToolCallBuffer:
 
 
 class StreamAccumulator:
-    """Collects a streamed answer; `feed` hands each piece on as events, `feed_text` as bare text."""
+    """Collects a streamed answer; `feed_text` hands on each chunk's text."""
 
     def __init__(self) -> None:
         self._text: list[str] = []
@@ -118,18 +118,10 @@ class StreamAccumulator:
         self._finish_reason: str | None = None
         self._usage: Any = None
 
-    def feed(self, chunk: Any) -> list[LLMTextDelta | LLMToolCallDelta]:
-        tool_events: list[LLMTextDelta | LLMToolCallDelta] = []
-        text = self._absorb(chunk, tool_events)
-        return [LLMTextDelta(text=text), *tool_events] if text else tool_events
-
     def feed_text(self, chunk: Any) -> str:
-        """The chunk's text ("" if none). Skips building event objects, the bulk of per-chunk cost."""
-        return self._absorb(chunk, None)
-
-    def _absorb(self, chunk: Any, tool_events: list[LLMTextDelta | LLMToolCallDelta] | None) -> str:
+        """The chunk's text ("" if none)."""
         if isinstance(chunk, dict):
-            return self._absorb_generic(chunk, tool_events)
+            return self._absorb_generic(chunk)
         usage = _chunk_usage(chunk)
         if usage is not None:
             self._usage = usage
@@ -146,15 +138,13 @@ class StreamAccumulator:
                 self._text.append(content)
                 text += content
             for call in _attr(delta, "tool_calls") or ():
-                event = self._feed_tool_call(call)
-                if tool_events is not None:
-                    tool_events.append(event)
+                self._feed_tool_call(call)
             finish_reason = _attr(choice, "finish_reason")
             if finish_reason:
                 self._finish_reason = finish_reason
         return text
 
-    def _absorb_generic(self, chunk: dict[str, Any], tool_events: list[LLMTextDelta | LLMToolCallDelta] | None) -> str:
+    def _absorb_generic(self, chunk: dict[str, Any]) -> str:
         """LiteLLM's `GenericStreamingChunk`: what custom providers yield, and a provider stream's `[DONE]`."""
         if chunk.get("usage"):
             self._usage = chunk["usage"]
@@ -166,15 +156,13 @@ class StreamAccumulator:
         if self.reasoning_delta:
             self._reasoning.append(self.reasoning_delta)
         if chunk.get("tool_use"):
-            event = self._feed_tool_call(chunk["tool_use"])
-            if tool_events is not None:
-                tool_events.append(event)
+            self._feed_tool_call(chunk["tool_use"])
         # `[DONE]` arrives as is_finished with "stop": it must not overwrite the provider's own reason.
         if chunk.get("is_finished") and self._finish_reason is None:
             self._finish_reason = chunk.get("finish_reason") or "stop"
         return text
 
-    def _feed_tool_call(self, call: Any) -> LLMToolCallDelta:
+    def _feed_tool_call(self, call: Any) -> None:
         index = _field(call, "index")
         index = index if isinstance(index, int) else len(self._tools)
         buffer = self._tools.setdefault(index, _ToolCallBuffer())
@@ -185,7 +173,6 @@ class StreamAccumulator:
         buffer.id = buffer.id or call_id
         buffer.name = buffer.name or name
         buffer.arguments.append(arguments)
-        return LLMToolCallDelta(index=index, id=call_id, name=name, arguments_delta=arguments)
 
     def finish(self) -> ParsedMessage:
         if self._finish_reason is None:

@@ -19,8 +19,6 @@ logger = logging.getLogger(__name__)
 class ChatMemory(Protocol):
     async def add(self, conversation_id: str, messages: Sequence[ChatMessage]) -> None: ...
 
-    async def add_one(self, conversation_id: str, message: ChatMessage) -> None: ...
-
     async def get(self, conversation_id: str, *, policy: WindowPolicy | None = None) -> list[ChatMessage]:
         """The conversation's window (oldest first), under `policy` or the memory's own policy."""
         ...
@@ -78,9 +76,6 @@ class MessageWindowChatMemory:
         if any(isinstance(m, SystemMessage) for m in messages):
             messages = await self._without_repeated_system(conversation_id, messages)
         await self._repository.append(conversation_id, messages)
-
-    async def add_one(self, conversation_id: str, message: ChatMessage) -> None:
-        await self.add(conversation_id, [message])
 
     async def get(self, conversation_id: str, *, policy: WindowPolicy | None = None) -> list[ChatMessage]:
         return (await self.window(conversation_id, policy=policy)).as_messages()

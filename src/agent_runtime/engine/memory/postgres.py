@@ -36,7 +36,6 @@ from agent_runtime.engine.messages.metadata import (
 )
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import insert_messages
-from agent_runtime.engine.pagination import Page
 
 _COLUMNS = "message_id, seq, role, content, metadata, created_at"
 _VISIBLE = "session_id = $1 AND user_id = $2 AND seq > 0"
@@ -160,22 +159,6 @@ class PostgresChatMemoryRepository:
     def __init__(self, pool: asyncpg.Pool, ctx: RequestContext) -> None:
         self._pool = pool
         self._ctx = ctx
-
-    async def find_conversation_ids(self, *, limit: int, offset: int = 0) -> Page[str]:
-        where = (
-            "s.user_id = $1 AND EXISTS (SELECT 1 FROM agent_chat_messages m "
-            "WHERE m.session_id = s.id AND m.user_id = s.user_id AND m.seq > 0)"
-        )
-        async with self._pool.acquire() as conn:
-            total = await conn.fetchval(f"SELECT count(*) FROM agent_chat_sessions s WHERE {where}", self._ctx.user_id)
-            rows = await conn.fetch(
-                f"SELECT s.id FROM agent_chat_sessions s WHERE {where} "
-                "ORDER BY s.created_at DESC, s.id DESC LIMIT $2 OFFSET $3",
-                self._ctx.user_id,
-                limit,
-                offset,
-            )
-        return Page[str](items=[str(r["id"]) for r in rows], total=total, limit=limit, offset=offset)
 
     async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
         if max_messages < 1:

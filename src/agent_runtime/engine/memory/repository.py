@@ -11,7 +11,6 @@ from pydantic import BaseModel, Field
 from agent_runtime.engine.errors import BadRequestError
 from agent_runtime.engine.memory.errors import DuplicateMessageError, InvalidConversationIdError
 from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage
-from agent_runtime.engine.pagination import Page
 
 
 class WindowMark(BaseModel):
@@ -49,10 +48,6 @@ class WindowRead(BaseModel):
 
 class ChatMemoryRepository(Protocol):
     """Append-only storage of conversations. Nothing is ever rewritten; the window is a bounded read."""
-
-    async def find_conversation_ids(self, *, limit: int, offset: int = 0) -> Page[str]:
-        """Conversations with at least one stored message, most recently started first."""
-        ...
 
     async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
         """The bounded tail of a conversation (see `WindowRead`); empty for an unknown conversation."""
@@ -142,15 +137,6 @@ class InMemoryChatMemoryRepository:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
-
-    async def find_conversation_ids(self, *, limit: int, offset: int = 0) -> Page[str]:
-        if limit < 1 or offset < 0:
-            raise BadRequestError("limit must be at least 1 and offset at least 0")
-        async with self._guard():
-            newest_first = list(reversed(self._conversations))
-        return Page[str](
-            items=newest_first[offset : offset + limit], total=len(newest_first), limit=limit, offset=offset
-        )
 
     async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
         validate_conversation_id(conversation_id)

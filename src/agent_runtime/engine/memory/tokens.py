@@ -26,7 +26,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
-from agent_runtime.engine.llm.litellm_import import load_litellm
+from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
 

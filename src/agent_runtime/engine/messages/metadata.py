@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-CostSource = Literal["custom_pricing", "litellm_catalog", "none"]
+from agent_runtime.engine.billing.models import CostSource
 
 
 class _Meta(BaseModel):

@@ -122,7 +122,6 @@ def _missing_version_is_v1(value: object) -> object:
 ProfileSettings = Annotated[
     ProfileSettingsV1 | ProfileSettingsV2, Field(discriminator="version"), BeforeValidator(_missing_version_is_v1)
 ]
-LatestProfileSettings = ProfileSettingsV2
 SETTINGS_ADAPTER: TypeAdapter[ProfileSettingsV1 | ProfileSettingsV2] = TypeAdapter(ProfileSettings)
 
 

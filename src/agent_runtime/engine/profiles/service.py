@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -13,13 +10,10 @@ from agent_runtime.engine.profiles.models import (
     Profile,
     ProfileSettings,
     ProfileSettingsV2,
-    UserAgentContext,
-    parse_profile_settings,
     upgrade_to_latest,
 )
+from agent_runtime.engine.profiles.repository import GET_SQL, PUT_SQL, SET_BIO_SQL, row_to_profile
 from agent_runtime.engine.text import ClientText, storable
-
-_COLUMNS = "user_id, username, bio, settings, created_at, updated_at"
 
 
 class ProfileUpdate(BaseModel):
@@ -35,19 +29,6 @@ class ProfileUpdate(BaseModel):
     )
 
 
-def row_to_profile(row: asyncpg.Record | Mapping[str, Any]) -> Profile:
-    """A `profiles` row (or the same columns as a mapping, e.g. `to_jsonb(p)` from another statement)."""
-    settings: dict[str, Any] = row["settings"]
-    return Profile(
-        user_id=row["user_id"],
-        username=row["username"],
-        bio=row["bio"],
-        settings=parse_profile_settings(settings),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
-
-
 def default_profile(ctx: RequestContext) -> Profile:
     return Profile(user_id=ctx.user_id, username="", bio=None, settings=ProfileSettingsV2())
 
@@ -57,21 +38,13 @@ class ProfileService:
         self._pool = pool
 
     async def get(self, ctx: RequestContext, *, conn: asyncpg.Connection | None = None) -> Profile:
-        query = f"SELECT {_COLUMNS} FROM profiles WHERE user_id = $1"
-        row = await (conn or self._pool).fetchrow(query, ctx.user_id)
+        row = await (conn or self._pool).fetchrow(GET_SQL, ctx.user_id)
         return default_profile(ctx) if row is None else row_to_profile(row)
 
     async def put(self, ctx: RequestContext, update: ProfileUpdate) -> Profile:
         settings = upgrade_to_latest(update.settings)
         row = await self._pool.fetchrow(
-            f"""
-            INSERT INTO profiles (user_id, username, bio, settings)
-            VALUES ($1, $2, $3, $4)
-            ON CONFLICT (user_id) DO UPDATE
-               SET username = EXCLUDED.username, bio = EXCLUDED.bio,
-                   settings = EXCLUDED.settings, updated_at = now()
-            RETURNING {_COLUMNS}
-            """,
+            PUT_SQL,
             ctx.user_id,
             update.username,
             update.bio,
@@ -83,18 +56,8 @@ class ProfileService:
     async def set_bio(self, ctx: RequestContext, bio: str) -> str:
         """The `update_bio` tool's write (the run's own user): only the bio changes, the rest stays."""
         stored: str = await self._pool.fetchval(
-            """
-            INSERT INTO profiles (user_id, bio) VALUES ($1, $2)
-            ON CONFLICT (user_id) DO UPDATE SET bio = EXCLUDED.bio, updated_at = now()
-            RETURNING bio
-            """,
+            SET_BIO_SQL,
             ctx.user_id,
             storable(bio),
         )
         return stored
-
-    async def agent_context(self, ctx: RequestContext) -> UserAgentContext:
-        profile = await self.get(ctx)
-        return UserAgentContext(
-            user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
-        )

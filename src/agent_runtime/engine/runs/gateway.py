@@ -19,7 +19,7 @@ from agent_runtime.engine.flow.model_call import (
     ToolResultObserved,
 )
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, ToolSchema, WireMessage
+from agent_runtime.engine.llm.models import LLMRequest, ToolSchema, WireMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events import RunEvents
 from agent_runtime.engine.runs.frontend_tools import FrontendTool
@@ -123,7 +123,6 @@ class RunGateway:
         # Built in the run's task: the observation that times its first token.
         self._run = current_run()
         self._stage: str | None = None
-        self.responses: list[LLMResponse] = []
 
     @property
     def streamed_answer(self) -> str:
@@ -201,7 +200,6 @@ class RunGateway:
                 self._events.reasoning_content(reasoning_id, response.reasoning)
         self._events.reasoning_end()
         self._recorder.reasoning(call.stage, response, reasoning_id)
-        self.responses.append(response)
         if response.tool_calls and tools:
             calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
             row = await self._recorder.tool_calls(call.stage, response, calls)

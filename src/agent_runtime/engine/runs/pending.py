@@ -16,8 +16,8 @@ import asyncpg
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.flow.contracts import IntentResult
-from agent_runtime.engine.sessions.service import session_not_found
 
 CallKind = Literal["approval", "frontend", "server"]
 

@@ -57,7 +57,6 @@ from agent_runtime.engine.runs.turn_input import TokenCounter, check_token_budge
 from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
 from agent_runtime.engine.runs.turn_runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup
-from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
@@ -69,7 +68,6 @@ class RunService:
         self,
         settings: Settings,
         pool: asyncpg.Pool,
-        sessions: SessionService,
         messages: MessageStore,
         templates: FlowTemplates,
         *,
@@ -79,7 +77,6 @@ class RunService:
         alone) followers of other processes' runs poll the stored log."""
         self._settings = settings
         self._pool = pool
-        self._sessions = sessions
         self._messages = messages
         self._templates = templates
         self._warmup = Warmup(settings)

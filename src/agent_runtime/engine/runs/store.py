@@ -22,17 +22,21 @@ import asyncpg
 from pydantic import BaseModel, Field, JsonValue
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import INSERT_ROWS_SQL, MessageBatch, incoming_rows_sql, insert_messages
+from agent_runtime.engine.messages.repository import INSERT_ROWS_SQL, incoming_rows_sql
+from agent_runtime.engine.messages.store import MessageBatch, insert_messages
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.models import Profile
-from agent_runtime.engine.profiles.service import default_profile, row_to_profile
+from agent_runtime.engine.profiles.repository import row_to_profile
+from agent_runtime.engine.profiles.service import default_profile
 from agent_runtime.engine.quotas import quota_error
 from agent_runtime.engine.runs.event_store import EVENTS_CHANNEL, LOST_RUN_SEQ
 from agent_runtime.engine.sessions.models import Session
-from agent_runtime.engine.sessions.service import SESSION_COLUMNS, row_to_session, session_not_found
+from agent_runtime.engine.sessions.repository import SESSION_COLUMNS, row_to_session
 from agent_runtime.engine.usage.models import UsageTotals
-from agent_runtime.engine.usage.service import SUMS, run_totals, totals_of
+from agent_runtime.engine.usage.repository import SUMS, totals_of
+from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)

@@ -12,14 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from agent_runtime.engine.text import ClientText
 
 SessionStatus = Literal["pending", "running", "completed", "failed"]
-TITLE_MAX_LEN = 64
-DEFAULT_TITLE = "新会话"
-
-
-def build_session_title(first_user_input: str, max_len: int = TITLE_MAX_LEN) -> str:
-    """Seed rule: trim, newlines to spaces, cut to 64 chars, fall back to "新会话"."""
-    normalized = " ".join(first_user_input.strip().splitlines()).strip()
-    return normalized[:max_len].strip() or DEFAULT_TITLE
 
 
 class StateSnapshot(BaseModel):

@@ -10,8 +10,7 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
-from agent_runtime.engine.sessions.service import session_not_found
+from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError, session_not_found
 from agent_runtime.engine.usage.models import (
     BudgetStatus,
     SessionUsage,
@@ -20,37 +19,16 @@ from agent_runtime.engine.usage.models import (
     UsagePage,
     UsageTotals,
 )
+from agent_runtime.engine.usage.repository import (
+    BUDGETS_SQL,
+    RUN_TOTALS_SQL,
+    SESSION_BY_STAGE_SQL,
+    SESSION_OWNED_SQL,
+    USER_BY_SESSION_SQL,
+    USER_TOTALS_SQL,
+    totals_of,
+)
 from agent_runtime.settings import UserQuotas
-
-# A row "is a model call" when it carries a cost source; user rows and tool results carry none.
-SUMS = """
-    COALESCE(sum(m.input_tokens), 0)::bigint AS input_tokens,
-    COALESCE(sum(m.output_tokens), 0)::bigint AS output_tokens,
-    COALESCE(sum((m.metadata ->> 'cached_tokens')::bigint), 0)::bigint AS cached_tokens,
-    COALESCE(sum(m.cost), 0) AS cost,
-    count(*) FILTER (WHERE m.metadata ? 'cost_source')::bigint AS model_calls
-"""
-_RANGE = "($2::timestamptz IS NULL OR m.created_at >= $2) AND ($3::timestamptz IS NULL OR m.created_at < $3)"
-
-
-def totals_of(row: asyncpg.Record) -> UsageTotals:
-    return UsageTotals(
-        input_tokens=row["input_tokens"],
-        output_tokens=row["output_tokens"],
-        cached_tokens=row["cached_tokens"],
-        cost=row["cost"],
-        model_calls=row["model_calls"],
-    )
-
-
-_BUDGETS_SQL = """
-SELECT coalesce(sum(cost) FILTER (WHERE created_at >= date_trunc('day', now(), 'UTC')), 0) AS spent_day,
-       coalesce(sum(cost), 0) AS spent_month,
-       date_trunc('day', now(), 'UTC') + interval '1 day' AS day_resets_at,
-       date_trunc('month', now(), 'UTC') + interval '1 month' AS month_resets_at
-  FROM agent_chat_messages
- WHERE user_id = $1 AND created_at >= date_trunc('month', now(), 'UTC')
-"""
 
 
 def _budget(
@@ -70,23 +48,10 @@ class UsageService:
 
     async def for_session(self, ctx: RequestContext, session_id: UUID) -> SessionUsage:
         async with self._pool.acquire() as conn:
-            owned = await conn.fetchval(
-                "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
-            )
+            owned = await conn.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
             if owned is None:
                 raise session_not_found(session_id)
-            rows = await conn.fetch(
-                f"""
-                SELECT COALESCE(m.metadata ->> 'stage', 'unknown') AS stage, {SUMS}
-                FROM agent_chat_messages m
-                WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ? 'cost_source'
-                GROUP BY GROUPING SETS ((1), ())
-                ORDER BY GROUPING(COALESCE(m.metadata ->> 'stage', 'unknown')) DESC, 1
-                """,
-                session_id,
-                ctx.user_id,
-            )
-        # The grand-total row (GROUPING SETS ()) sorts first; an empty session has only that row.
+            rows = await conn.fetch(SESSION_BY_STAGE_SQL, session_id, ctx.user_id)
         total = totals_of(rows[0])
         by_stage = [StageUsage(stage=r["stage"], **totals_of(r).model_dump()) for r in rows[1:]]
         return SessionUsage(session_id=session_id, total=total, by_stage=by_stage)
@@ -99,34 +64,9 @@ class UsageService:
                 "start must be before end", details=[ErrorDetail(loc=["query", "end"], msg="must be after start")]
             )
         async with self._pool.acquire() as conn:
-            totals = await conn.fetchrow(
-                f"""
-                SELECT {SUMS}, count(DISTINCT m.session_id) FILTER (WHERE m.metadata ? 'cost_source') AS sessions
-                FROM agent_chat_messages m
-                WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
-                """,
-                ctx.user_id,
-                start,
-                end,
-            )
-            rows = await conn.fetch(
-                f"""
-                SELECT m.session_id, s.title, {SUMS}
-                FROM agent_chat_messages m
-                JOIN agent_chat_sessions s ON s.id = m.session_id AND s.user_id = m.user_id
-                WHERE m.user_id = $1 AND m.metadata ? 'cost_source' AND {_RANGE}
-                GROUP BY m.session_id, s.title, s.created_at
-                ORDER BY sum(m.cost) DESC, s.created_at DESC, m.session_id
-                LIMIT $4 OFFSET $5
-                """,
-                ctx.user_id,
-                start,
-                end,
-                limit,
-                offset,
-            )
-            # The same sums the database checks before a run starts (migrations/0007), as of now.
-            spent = await conn.fetchrow(_BUDGETS_SQL, ctx.user_id)
+            totals = await conn.fetchrow(USER_TOTALS_SQL, ctx.user_id, start, end)
+            rows = await conn.fetch(USER_BY_SESSION_SQL, ctx.user_id, start, end, limit, offset)
+            spent = await conn.fetchrow(BUDGETS_SQL, ctx.user_id)
         assert totals is not None and spent is not None
         items = [
             SessionUsageRow(session_id=r["session_id"], title=r["title"], **totals_of(r).model_dump()) for r in rows
@@ -148,14 +88,6 @@ class UsageService:
 
 async def run_totals(pool: asyncpg.Pool, ctx: RequestContext, session_id: UUID, run_id: str) -> UsageTotals:
     """One run's tokens and cost, summed by the database from the rows the run wrote."""
-    row = await pool.fetchrow(
-        f"""
-        SELECT {SUMS} FROM agent_chat_messages m
-        WHERE m.session_id = $1 AND m.user_id = $2 AND m.metadata ->> 'run_id' = $3 AND m.metadata ? 'cost_source'
-        """,
-        session_id,
-        ctx.user_id,
-        run_id,
-    )
+    row = await pool.fetchrow(RUN_TOTALS_SQL, session_id, ctx.user_id, run_id)
     assert row is not None
     return totals_of(row)

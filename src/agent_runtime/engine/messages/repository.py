@@ -1,0 +1,87 @@
+"""The messages domain's SQL: named statements and the row -> `StoredMessage` mapper (the convention is in
+`engine/sessions/repository.py`). Every statement takes the owner (`user_id`).
+
+The append statements (here and the run store's start and finish, `engine/runs/store.py`) share two
+fragments: `incoming_rows_sql` (the new rows as `unnest`ed arrays, bound by `store.MessageBatch`) and
+`INSERT_ROWS_SQL` (their insert, numbered from the session's counters).
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from agent_runtime.engine.messages.metadata import METADATA_ADAPTER
+from agent_runtime.engine.messages.models import StoredMessage
+
+COLUMNS = (
+    "id, session_id, message_id, seq, role, content, metadata, input_tokens, output_tokens, cost, currency, created_at"
+)
+
+
+def incoming_rows_sql(first_param: int) -> str:
+    """`unnest(...)` of the nine arrays `MessageBatch.arrays()` binds from parameter `$first_param` on: one row
+    per message, numbered by `position` (visible and audit messages separately)."""
+    types = ("text", "text", "text", "jsonb", "int", "int", "numeric", "bool", "int")
+    arrays = ", ".join(f"${first_param + i}::{t}[]" for i, t in enumerate(types))
+    columns = "message_id, role, content, metadata, input_tokens, output_tokens, cost, is_audit, position"
+    return f"unnest({arrays}) AS i({columns})"
+
+
+# `c` is the session row after its counters moved (first_seq, first_audit_seq, billing_currency).
+INSERT_ROWS_SQL = """
+INSERT INTO agent_chat_messages (id, session_id, user_id, message_id, seq, role, content, metadata,
+                                 input_tokens, output_tokens, cost, currency)
+SELECT gen_random_uuid(), $1, $2, i.message_id,
+       CASE WHEN i.is_audit THEN c.first_audit_seq - i.position ELSE c.first_seq + i.position END,
+       i.role, i.content, i.metadata, i.input_tokens, i.output_tokens, i.cost, c.billing_currency
+"""
+
+# $3 visible and $4 audit messages; $5 the title the session takes if it has none. No row back: the session
+# is missing or someone else's.
+APPEND_SQL = f"""
+WITH counters AS (
+    UPDATE agent_chat_sessions
+       SET next_seq = next_seq + $3, next_audit_seq = next_audit_seq - $4,
+           title = COALESCE(title, $5), updated_at = now()
+     WHERE id = $1 AND user_id = $2
+    RETURNING next_seq - $3 AS first_seq, next_audit_seq + $4 AS first_audit_seq, billing_currency
+)
+{INSERT_ROWS_SQL}
+FROM {incoming_rows_sql(6)} CROSS JOIN counters c
+RETURNING {COLUMNS}
+"""
+
+SESSION_OWNED_SQL = "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2"
+
+COUNT_VISIBLE_SQL = "SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND seq > 0"
+
+PAGE_VISIBLE_SQL = f"""
+SELECT {COLUMNS} FROM agent_chat_messages
+WHERE session_id = $1 AND user_id = $2 AND seq > 0
+ORDER BY seq LIMIT $3 OFFSET $4
+"""
+
+LATEST_VISIBLE_SQL = f"""
+SELECT * FROM (
+    SELECT {COLUMNS} FROM agent_chat_messages
+    WHERE session_id = $1 AND user_id = $2 AND seq > 0
+    ORDER BY seq DESC LIMIT $3
+) newest ORDER BY seq
+"""
+
+
+def row_to_message(row: asyncpg.Record) -> StoredMessage:
+    return StoredMessage(
+        id=row["id"],
+        session_id=row["session_id"],
+        message_id=row["message_id"],
+        seq=row["seq"],
+        role=row["role"],
+        content=row["content"],
+        metadata=METADATA_ADAPTER.validate_python(row["metadata"]),
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        cost=row["cost"],
+        currency=row["currency"],
+        created_at=row["created_at"],
+    )

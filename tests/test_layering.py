@@ -1,0 +1,118 @@
+"""Imports point one way: a module imports only from its own unit or from units in lower layers.
+
+A unit is a top-level module or package of `agent_runtime`, a package of `agent_runtime.engine` (a domain),
+or the engine's shared top-level modules together (`engine`: errors, context, text, money, ...). Units in
+one layer sit side by side and import neither each other: two domains that need one small definition move
+it down (docs: ../shared/design/STYLE.md, "Domains side by side"). Every import counts, also those inside
+functions and under TYPE_CHECKING: a lazy import hides a cycle, it does not remove it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agent_runtime
+
+# The allowed order, bottom first.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("resources",),
+    ("settings",),
+    ("logging_setup",),
+    ("engine",),
+    ("engine.billing",),
+    ("observability",),  # a model call's metrics take billing's CostBreakdown
+    ("db",),
+    ("engine.llm", "engine.profiles"),
+    ("engine.messages", "engine.sessions"),
+    ("engine.memory", "engine.usage"),
+    ("engine.flow",),
+    ("engine.runs",),
+    ("engine.runtime",),
+    ("api", "preflight"),
+    ("cli",),
+)
+LAYER_OF = {unit: index for index, layer in enumerate(LAYERS) for unit in layer}
+PACKAGE = Path(agent_runtime.__file__).parent
+
+
+def unit_of(module: str) -> str | None:
+    """The longest unit in LAYERS that `module` (dotted, without `agent_runtime.`) belongs to."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in LAYER_OF:
+            return candidate
+    return None
+
+
+def imported_modules(source: str, module: str, *, is_package: bool) -> list[str]:
+    """Every `agent_runtime` module `source` imports, without the `agent_runtime.` prefix."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = f"agent_runtime.{module}".split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from agent_runtime.engine import billing` imports the package `engine.billing`.
+            found += [f"{base}.{alias.name}" for alias in node.names]
+    return [name.removeprefix("agent_runtime.") for name in found if name.startswith("agent_runtime.")]
+
+
+def upward_imports(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    unit = unit_of(module)
+    assert unit is not None, f"agent_runtime.{module} is in no layer: add its unit to LAYERS"
+    problems = []
+    for target in imported_modules(source, module, is_package=is_package):
+        target_unit = unit_of(target)
+        assert target_unit is not None, f"agent_runtime.{module} imports {target}, which is in no layer"
+        if target_unit != unit and LAYER_OF[target_unit] >= LAYER_OF[unit]:
+            problems.append(f"{module} ({unit}) imports {target} ({target_unit})")
+    return problems
+
+
+def _modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts == ("__init__",):
+            continue
+        found.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    return found
+
+
+def test_every_import_points_down() -> None:
+    modules = _modules()
+    assert len(modules) > 100  # the walk found the source tree
+    problems = [
+        problem
+        for module, path in modules
+        for problem in upward_imports(path.read_text(encoding="utf-8"), module, is_package=path.name == "__init__.py")
+    ]
+    assert problems == []
+
+
+def test_every_engine_package_has_its_own_layer() -> None:
+    packages = {p.name for p in (PACKAGE / "engine").iterdir() if (p / "__init__.py").exists()}
+    assert {f"engine.{name}" for name in packages} <= LAYER_OF.keys()
+
+
+def test_an_upward_or_sideways_import_is_reported() -> None:
+    upward = "from agent_runtime.engine.messages.metadata import CostSource\n"
+    assert upward_imports(upward, "engine.billing.models") == [
+        "engine.billing.models (engine.billing) imports engine.messages.metadata.CostSource (engine.messages)"
+    ]
+    sideways = "def f():\n    from agent_runtime.engine import sessions\n"
+    assert upward_imports(sideways, "engine.messages.store") == [
+        "engine.messages.store (engine.messages) imports engine.sessions (engine.sessions)"
+    ]
+    assert upward_imports("from ..runs import store\n", "engine.billing.models") == [
+        "engine.billing.models (engine.billing) imports engine.runs.store (engine.runs)"
+    ]
+    downward = "from agent_runtime.engine.errors import AppError\nfrom . import pricing\nfrom ..text import storable\n"
+    assert upward_imports(downward, "engine.billing.models") == []
