@@ -201,16 +201,15 @@ class Conversation:
 
 
 async def run_turn(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> None:
-    from ag_ui.core import EventType
-
     from agent_runtime.engine.memory.messages import UserMessage
     from agent_runtime.engine.runs.models import RunInput
 
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
+    # The run's stored log: each event is its AG-UI JSON (`data`); the last one is terminal.
     async for event in handle.events.stream():
-        if event.type == EventType.RUN_ERROR:
-            raise RuntimeError(f"run failed: {event!r}")
-        if event.type == EventType.RUN_FINISHED:
+        if event.terminal:
+            if json.loads(event.data)["type"] != "RUN_FINISHED":
+                raise RuntimeError(f"run failed: {event.data}")
             return
 
 

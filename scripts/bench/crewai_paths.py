@@ -286,9 +286,7 @@ def _crew_flow_class() -> Any:
 
         def _payload(self, stage: str, variables: Any) -> Any:
             templates = self._require_deps().templates
-            return build_stage_prompt_payload(
-                stage, templates=templates, system_prompt=self.state.system_prompt, variables=variables
-            )
+            return build_stage_prompt_payload(stage, templates=templates, variables=variables)
 
         @start()
         async def intent(self) -> Any:

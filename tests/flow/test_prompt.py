@@ -161,7 +161,7 @@ def test_missing_bio_is_an_empty_string() -> None:
 
 def test_intent_payload_whole(templates: FlowTemplates) -> None:
     variables = IntentVariables(user_input="{user_input} {0} {__class__}", ai_language="en-US")
-    payload = build_stage_prompt_payload("intent", templates=templates, system_prompt="SYS", variables=variables)
+    payload = build_stage_prompt_payload("intent", templates=templates, variables=variables)
     schema = json.dumps(IntentResult.model_json_schema(), ensure_ascii=False, separators=(",", ":"))
     task = templates.intent.task
     assert payload == StagePromptPayload(
@@ -171,7 +171,6 @@ def test_intent_payload_whole(templates: FlowTemplates) -> None:
             goal=templates.intent.agent.goal,
             backstory=templates.intent.agent.backstory,
             tools=[],
-            system_prompt="SYS",
         ),
         task=TaskKwargs(
             description=task.description.replace("{ai_language}", '"en-US"')
@@ -182,22 +181,18 @@ def test_intent_payload_whole(templates: FlowTemplates) -> None:
     )
 
 
-def test_every_stage_gets_the_same_system_prompt_and_its_own_contract(templates: FlowTemplates) -> None:
-    system_prompt = build_global_system_prompt(_ctx("Alice", INJECTION))
+def test_every_stage_gets_its_own_tools_and_contract(templates: FlowTemplates) -> None:
     report = ExecutionResult(status="PARTIAL", execution_summary="s", report_brief="b")
     execution = build_stage_prompt_payload(
         "execution",
         templates=templates,
-        system_prompt=system_prompt,
         variables=ExecutionVariables(user_input="u", ai_language="fr", intent_summary="i", execution_brief="do {it}"),
     )
     organization = build_stage_prompt_payload(
         "organization",
         templates=templates,
-        system_prompt=system_prompt,
         variables=OrganizationVariables(user_input="u", ai_language="fr", intent_summary="i", execution_report=report),
     )
-    assert execution.agent.system_prompt == organization.agent.system_prompt == system_prompt
     assert execution.agent.tools == ["current_time", "calculator", "update_bio"]
     assert organization.agent.tools == []
     assert '"do {it}"' in execution.task.description
@@ -210,11 +205,11 @@ def test_literal_double_braces_in_agent_text_render_as_braces(templates: FlowTem
     agent = templates.intent.agent.model_copy(update={"backstory": "Use {{json}}."})
     custom = templates.model_copy(update={"intent": templates.intent.model_copy(update={"agent": agent})})
     variables = IntentVariables(user_input="hi", ai_language="en")
-    payload = build_stage_prompt_payload("intent", templates=custom, system_prompt="S", variables=variables)
+    payload = build_stage_prompt_payload("intent", templates=custom, variables=variables)
     assert payload.agent.backstory == "Use {json}."
 
 
 def test_variables_of_another_stage_are_rejected(templates: FlowTemplates) -> None:
     variables = IntentVariables(user_input="hi", ai_language="en")
     with pytest.raises(ValueError, match="IntentVariables belong to stage 'intent', not 'execution'"):
-        build_stage_prompt_payload("execution", templates=templates, system_prompt="S", variables=variables)  # type: ignore[call-overload]
+        build_stage_prompt_payload("execution", templates=templates, variables=variables)  # type: ignore[call-overload]

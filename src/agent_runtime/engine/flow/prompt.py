@@ -103,7 +103,6 @@ class AgentKwargs(_Frozen):
     goal: str
     backstory: str
     tools: list[str]
-    system_prompt: str
 
 
 class TaskKwargs(_Frozen):
@@ -119,26 +118,26 @@ class StagePromptPayload(_Frozen):
 
 @overload
 def build_stage_prompt_payload(
-    stage: Literal["intent"], *, templates: FlowTemplates, system_prompt: str, variables: IntentVariables
+    stage: Literal["intent"], *, templates: FlowTemplates, variables: IntentVariables
 ) -> StagePromptPayload: ...
 
 
 @overload
 def build_stage_prompt_payload(
-    stage: Literal["execution"], *, templates: FlowTemplates, system_prompt: str, variables: ExecutionVariables
+    stage: Literal["execution"], *, templates: FlowTemplates, variables: ExecutionVariables
 ) -> StagePromptPayload: ...
 
 
 @overload
 def build_stage_prompt_payload(
-    stage: Literal["organization"], *, templates: FlowTemplates, system_prompt: str, variables: OrganizationVariables
+    stage: Literal["organization"], *, templates: FlowTemplates, variables: OrganizationVariables
 ) -> StagePromptPayload: ...
 
 
 def build_stage_prompt_payload(
-    stage: StageName, *, templates: FlowTemplates, system_prompt: str, variables: StageVariables
+    stage: StageName, *, templates: FlowTemplates, variables: StageVariables
 ) -> StagePromptPayload:
-    """Render one stage's agent and task texts from the YAML templates, with the run's system prompt."""
+    """Render one stage's agent and task texts from the YAML templates."""
     # The overloads make a mismatch a type error; this catches callers that mypy does not see.
     if variables.stage != stage:
         raise ValueError(f"{type(variables).__name__} belong to stage {variables.stage!r}, not {stage!r}")
@@ -152,7 +151,6 @@ def build_stage_prompt_payload(
             goal=render_template(template.agent.goal, {}),
             backstory=render_template(template.agent.backstory, {}),
             tools=list(template.agent.tools),
-            system_prompt=system_prompt,
         ),
         task=TaskKwargs(
             description=render_template(template.task.description, values),
