@@ -311,6 +311,10 @@ async def bench(dsn: str, args: argparse.Namespace) -> None:
                 openai_api_key=None,
                 llm_max_retries=0,
                 run_timeout_seconds=600,
+                # One user replays 100 turns back to back: the per-user quotas (0 = none) would stop it.
+                max_runs_per_user_per_minute=0,
+                user_daily_budget_cny=0,
+                user_monthly_budget_cny=0,
                 **POLICIES[policy],
             )
             resources = await open_engine(settings)

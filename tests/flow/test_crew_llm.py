@@ -205,7 +205,7 @@ async def test_response_model_gets_the_parsed_model_json_mode_and_no_json_schema
     request = calls[0]
     assert request.json_mode is True
     # The request model has no response_format at all: our LLM layer can only send json_object.
-    assert set(ModelCall.model_fields) == {"messages", "tools", "json_mode", "stage", "attempt"}
+    assert set(ModelCall.model_fields) == {"messages", "tools", "json_mode", "stage", "attempt", "max_tokens"}
     assert "response_format" not in json.dumps(request.model_dump())
     # The schema is in the prompt, appended to the request (last user message); the system message is untouched.
     assert request.messages[0] == {"role": "system", "content": "sys"}

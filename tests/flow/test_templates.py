@@ -69,6 +69,13 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
         "ai_language",
         "output_schema",
     }
+    # Every model call has an output cap: each stage's, and the memory summary's.
+    assert {stage: templates.stage(stage).task.max_tokens for stage in ("intent", "execution", "organization")} == {
+        "intent": 2048,
+        "execution": 1024,
+        "organization": 2048,
+    }
+    assert templates.summary_max_tokens == templates.memory_summary.max_tokens == 1024
     for stage in ("intent", "execution", "organization"):
         assert "ONLY a JSON object" in templates.stage(stage).task.description
         agent = templates.stage(stage).agent
@@ -116,6 +123,18 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
         (_del("tasks.organization"), "tasks.yaml", "organization: Field required"),
         (_del("agents.execution.goal"), "agents.yaml", "execution.goal: Field required"),
         (_del("tasks.intent.expected_output"), "tasks.yaml", "intent.expected_output: Field required"),
+        (_del("tasks.execution.max_tokens"), "tasks.yaml", "execution.max_tokens: Field required"),
+        (_del("tasks.memory_summary.max_tokens"), "tasks.yaml", "memory_summary.max_tokens: Field required"),
+        (
+            _set("tasks", "organization", "max_tokens", 0),
+            "tasks.yaml",
+            "organization.max_tokens: Input should be greater than or equal to 1",
+        ),
+        (
+            _set("tasks", "intent", "max_tokens", "lots"),
+            "tasks.yaml",
+            "intent.max_tokens: Input should be a valid integer, unable to parse string as an integer",
+        ),
         (_set("agents", "intent", "llm", "gpt"), "agents.yaml", "intent.llm: Extra inputs are not permitted"),
         (_set("tasks", "planning", "description", "x"), "tasks.yaml", "planning: Extra inputs are not permitted"),
         (_set("agents", "intent", "role", 123), "agents.yaml", "intent.role: Input should be a valid string"),

@@ -243,6 +243,7 @@ class AgentFlow(Flow[AgentFlowState]):
             max_json_retries=deps.max_json_retries,
             # The YAML task renders {output_schema} (enforced when the templates load).
             inject_schema=False,
+            max_output_tokens=deps.templates.stage(stage).task.max_tokens,
             loop=self._require_app_loop(),
         )
         self._llms.append(llm)

@@ -109,6 +109,9 @@ class _DelegatingLLMBody(BaseModel):
     output_model: type[BaseModel] | None = None
     max_json_retries: int = Field(default=2, ge=0)
     inject_schema: bool = True
+    # Sent with every call as ModelCall.max_tokens. Not BaseLLM's `max_tokens`: that one is CrewAI's own
+    # (read by its provider clients, which this LLM replaces).
+    max_output_tokens: int | None = Field(default=None, ge=1)
 
     _call_model: CallModel | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
@@ -130,6 +133,7 @@ class _DelegatingLLMBody(BaseModel):
         sink: EventSink | None = None,
         max_json_retries: int = 2,
         inject_schema: bool = True,
+        max_output_tokens: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> Self:
         """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`)."""
@@ -139,6 +143,7 @@ class _DelegatingLLMBody(BaseModel):
             output_model=output_model,
             max_json_retries=max_json_retries,
             inject_schema=inject_schema,
+            max_output_tokens=max_output_tokens,
         )
         llm._call_model = call_model
         llm._loop = loop or asyncio.get_running_loop()
@@ -295,6 +300,7 @@ class _DelegatingLLMBody(BaseModel):
                 json_mode=contract is not None,
                 stage=self.stage,
                 attempt=attempt,
+                max_tokens=self.max_output_tokens,
             )
             reply = await call_model(request)
             if reply.tool_calls and offered_tools:

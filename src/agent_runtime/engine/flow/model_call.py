@@ -23,6 +23,7 @@ class ModelCall(BaseModel):
     json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
     stage: str
     attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
+    max_tokens: int | None = Field(default=None, ge=1, description="The stage's output-token cap (its YAML task).")
 
 
 class ModelReply(BaseModel):

@@ -11,6 +11,9 @@ the description must use:
 
 The chat history is not a placeholder: it reaches the model as chat messages, ahead of the task text.
 
+Every task has `max_tokens`: the output-token cap of each model call it makes (sent as the request's
+`max_tokens`; a stage's tool loop and JSON repairs are capped call by call).
+
 `tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
 model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
 summary's length limit) and `{output_schema}*` (the ConversationSummary schema).
@@ -91,6 +94,8 @@ class AgentTemplate(_Frozen):
 class TaskTemplate(_Frozen):
     description: str = Field(min_length=1)
     expected_output: str = Field(min_length=1)
+    # Required, so that no model call goes out without a cap on what it may cost in output tokens.
+    max_tokens: int = Field(ge=1, description="The most output tokens one model call of this task may produce.")
 
 
 class StageTemplates(_Frozen):
@@ -109,6 +114,11 @@ class FlowTemplates(_Frozen):
         values = {"max_words": str(max_words), "output_schema": summary_schema_text()}
         task = self.memory_summary
         return f"{render_template(task.description, values)}\n\nExpected output: {task.expected_output}"
+
+    @property
+    def summary_max_tokens(self) -> int:
+        """The summary call's output cap (`memory_summary.max_tokens`)."""
+        return self.memory_summary.max_tokens
 
     def stage(self, name: StageName) -> StageTemplates:
         return {"intent": self.intent, "execution": self.execution, "organization": self.organization}[name]

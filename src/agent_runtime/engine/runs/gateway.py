@@ -166,6 +166,7 @@ class RunGateway:
             # Never JSON mode next to tools: DeepSeek does not document the pair, and it can keep the model from
             # calling a tool. The stage's prompt still asks for JSON and the adapter validates the answer.
             json_mode=call.json_mode and not tools,
+            max_tokens=call.max_tokens,
             stream=answer_stage,
         )
         reasoning_id = str(uuid4())
