@@ -143,7 +143,8 @@ def respond(request: RecordedRequest) -> StubReply:
         lead = "用户之前问过：" if lang == "zh" else "Earlier the user asked about: "
         return StubReply(content=json.dumps({"summary": lead + " | ".join(said)[:900]}, ensure_ascii=False))
     words = _latest_user_words(task)
-    if '"title":"IntentResult"' in task:
+    stage = task.split("\n", 1)[0]  # the stage request starts with "Stage: <name>"
+    if stage == "Stage: intent":
         if "calculate" in words or "计算" in words:
             payload: dict[str, Any] = {
                 "route": "NEEDS_EXECUTION",
@@ -160,7 +161,7 @@ def respond(request: RecordedRequest) -> StubReply:
                 "safety_flags": [],
             }
         return StubReply(content=json.dumps(payload, ensure_ascii=False))
-    if '"title":"ExecutionResult"' in task:
+    if stage == "Stage: execution":
         results = [m for m in messages[last_user:] if m.get("role") == "tool"]
         if not results:
             expression = words[words.index("(") : words.index("7") + 1] if "(" in words else "1+1"

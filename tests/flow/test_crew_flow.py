@@ -64,7 +64,7 @@ FLOW_THREADS = FlowThreads(4)
 
 TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
-SYSTEM_PROMPT = build_global_system_prompt(CONTEXT)
+SYSTEM_PROMPT = build_global_system_prompt(CONTEXT, TEMPLATES)
 HISTORY: list[ChatMessage] = [UserMessage(content="hi there"), AssistantMessage(content="Hello! How can I help?")]
 HISTORY_WIRE = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "Hello! How can I help?"}]
 
@@ -167,10 +167,16 @@ async def test_direct_route_is_one_model_call_that_sees_system_prompt_history_an
     system, *history, request = call.messages
     assert system == {"role": "system", "content": SYSTEM_PROMPT}
     assert history == HISTORY_WIRE
-    assert request["role"] == "user"
-    assert TEMPLATES.intent.agent.role in request["content"]
-    assert 'The user\'s latest message (a JSON string): "How are you?"' in request["content"]
-    assert '"title":"IntentResult"' in request["content"]  # the stage's schema, from the YAML's {output_schema}
+    # The stage's request alone: its static texts (agent, task, schema) are in the system prompt, not here.
+    assert request == {
+        "role": "user",
+        "content": "Stage: intent\n"
+        'The user\'s latest message (a JSON string): "How are you?"\n'
+        'Reply language (a BCP-47 tag): "en"\n'
+        "Answer as the intent stage: only the IntentResult JSON object.",
+    }
+    assert TEMPLATES.intent.agent.role in SYSTEM_PROMPT
+    assert '"title":"IntentResult"' in SYSTEM_PROMPT
 
 
 @BOTH_RUNNERS

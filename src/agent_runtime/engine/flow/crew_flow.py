@@ -22,12 +22,17 @@ otherwise run on the app's loop (measured in docs/crewai-notes.md).
 What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
 three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
 
-    system:  the run's system prompt (the same for every stage)
+    system:  the run's system prompt: policy, all three stages' instructions, profile (`prompt.py`)
     ...      the session's history (user/assistant/tool turns as stored)
-    user:    "You are {role}. {backstory}\\nYour personal goal is: {goal}\\nCurrent Task: <rendered
-             YAML task, with {output_schema}>"          (CrewAI's wording; `use_system_prompt=False`
-             keeps CrewAI from adding a second, stage-specific system message in front of the history)
+    user:    "Stage: <name>\\n<the YAML task's request, with this call's values>\\n<closing line>"
     (execution only) assistant tool calls / tool results, as native tool calling produces them
+
+CrewAI builds that user message from its prompt templates: by default they wrap the request in the agent's
+role, backstory and goal ("You are {role}. ...\\nCurrent Task: ..."), which would put the stage's static
+texts after the history again. The agent's `system_template` "{input}" and `prompt_template` (the closing
+line) make it just the request and that line: with both set, CrewAI renders "<system_template>\\n<prompt_template>" and
+fills `{input}` with our request (`use_system_prompt=False` keeps it from adding a stage-specific system
+message in front of the history).
 
 Kept away: no LanceDB memory (`_skip_auto_memory`), no agent memory, no sqlite (the Crew path writes task
 outputs to sqlite on every kickoff; `Agent.kickoff_async` does not), no temp files for large tool
@@ -255,6 +260,9 @@ class AgentFlow(Flow[AgentFlowState]):
             # Only the execution agent may be granted tools (enforced when the templates load).
             tools=self._stage_tools(payload.agent.tools),
             max_iter=deps.max_tool_iterations,
+            # See the module docstring: the user message is our request and its closing line, nothing else.
+            system_template="{input}",
+            prompt_template=payload.closing,
             use_system_prompt=False,
             respect_context_window=False,
             use_better_compaction=False,
@@ -262,7 +270,7 @@ class AgentFlow(Flow[AgentFlowState]):
             verbose=False,
         )
         with stage_observed(stage):
-            output = await agent.kickoff_async(self._messages(stage, stage_request(payload)), contract)
+            output = await agent.kickoff_async(self._messages(stage, payload.request), contract)
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
         result = output.pydantic
@@ -304,11 +312,6 @@ class AgentFlow(Flow[AgentFlowState]):
         if self._app_loop is None:
             raise RuntimeError("AgentFlow was built without the app's event loop; use AgentFlow.for_run()")
         return self._app_loop
-
-
-def stage_request(payload: StagePromptPayload) -> str:
-    """The stage's request (CrewAI's "Current Task"): the rendered task description and expected output."""
-    return f"{payload.task.description}\n\nExpected output: {payload.task.expected_output}"
 
 
 def build_state(
@@ -355,5 +358,4 @@ __all__ = [
     "FlowDeps",
     "build_state",
     "run_agent_flow",
-    "stage_request",
 ]
