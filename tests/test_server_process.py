@@ -100,5 +100,5 @@ async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 1
     assert stdout == b""  # stopped before the banner: nothing claims the service is up
-    expected = f"invalid configuration: {tasks}: intent.description: unknown placeholder {{user_inptu}}\n"
+    expected = f"invalid configuration: {tasks}: intent.request: unknown placeholder {{user_inptu}}\n"
     assert stderr.decode() == expected

@@ -143,7 +143,8 @@ def respond(request: RecordedRequest) -> StubReply:
         lead = "用户之前问过：" if lang == "zh" else "Earlier the user asked about: "
         return StubReply(content=json.dumps({"summary": lead + " | ".join(said)[:900]}, ensure_ascii=False))
     words = _latest_user_words(task)
-    if '"title":"IntentResult"' in task:
+    stage = task.split("\n", 1)[0]  # the stage request starts with "Stage: <name>"
+    if stage == "Stage: intent":
         if "calculate" in words or "计算" in words:
             payload: dict[str, Any] = {
                 "route": "NEEDS_EXECUTION",
@@ -160,7 +161,7 @@ def respond(request: RecordedRequest) -> StubReply:
                 "safety_flags": [],
             }
         return StubReply(content=json.dumps(payload, ensure_ascii=False))
-    if '"title":"ExecutionResult"' in task:
+    if stage == "Stage: execution":
         results = [m for m in messages[last_user:] if m.get("role") == "tool"]
         if not results:
             expression = words[words.index("(") : words.index("7") + 1] if "(" in words else "1+1"
@@ -201,16 +202,15 @@ class Conversation:
 
 
 async def run_turn(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> None:
-    from ag_ui.core import EventType
-
     from agent_runtime.engine.memory.messages import UserMessage
     from agent_runtime.engine.runs.models import RunInput
 
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
+    # The run's stored log: each event is its AG-UI JSON (`data`); the last one is terminal.
     async for event in handle.events.stream():
-        if event.type == EventType.RUN_ERROR:
-            raise RuntimeError(f"run failed: {event!r}")
-        if event.type == EventType.RUN_FINISHED:
+        if event.terminal:
+            if json.loads(event.data)["type"] != "RUN_FINISHED":
+                raise RuntimeError(f"run failed: {event.data}")
             return
 
 
@@ -312,6 +312,10 @@ async def bench(dsn: str, args: argparse.Namespace) -> None:
                 openai_api_key=None,
                 llm_max_retries=0,
                 run_timeout_seconds=600,
+                # One user replays 100 turns back to back: the per-user quotas (0 = none) would stop it.
+                max_runs_per_user_per_minute=0,
+                user_daily_budget_cny=0,
+                user_monthly_budget_cny=0,
                 **POLICIES[policy],
             )
             resources = await open_engine(settings)

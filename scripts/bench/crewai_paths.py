@@ -196,7 +196,10 @@ def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]
             threads=threads if path == "agent" else None,
         )
         state = build_state(
-            system_prompt=build_global_system_prompt(context), history=history, user_input="2+2?", ai_language="en"
+            system_prompt=build_global_system_prompt(context, templates),
+            history=history,
+            user_input="2+2?",
+            ai_language="en",
         )
         if path.startswith("agent"):
             return await run_agent_flow(state, deps)
@@ -251,7 +254,7 @@ def _crew_flow_class() -> Any:
     from crewai.flow.flow import listen, router, start
 
     from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
-    from agent_runtime.engine.flow.crew_flow import AgentFlow, stage_request
+    from agent_runtime.engine.flow.crew_flow import AgentFlow
     from agent_runtime.engine.flow.crew_llm import DelegatingLLM
     from agent_runtime.engine.flow.prompt import build_stage_prompt_payload
     from agent_runtime.engine.flow.templates import ExecutionVariables, IntentVariables, OrganizationVariables
@@ -275,7 +278,7 @@ def _crew_flow_class() -> Any:
                 verbose=False,
             )
             history = json.dumps(self.state.history, ensure_ascii=False)
-            description = f"{self.state.system_prompt}\n\nConversation so far: {history}\n\n{stage_request(payload)}"
+            description = f"{self.state.system_prompt}\n\nConversation so far: {history}\n\n{payload.request}"
             # Task texts are str.format-interpolated with the kickoff inputs: escape the JSON braces.
             description = description.replace("{", "{{").replace("}", "}}")
             task = Task(
@@ -286,9 +289,7 @@ def _crew_flow_class() -> Any:
 
         def _payload(self, stage: str, variables: Any) -> Any:
             templates = self._require_deps().templates
-            return build_stage_prompt_payload(
-                stage, templates=templates, system_prompt=self.state.system_prompt, variables=variables
-            )
+            return build_stage_prompt_payload(stage, templates=templates, variables=variables)
 
         @start()
         async def intent(self) -> Any:

@@ -32,12 +32,10 @@ from agent_runtime.engine.flow.crew_flow import (  # noqa: E402
     run_agent_flow,
 )
 from agent_runtime.engine.flow.model_call import (  # noqa: E402
-    AdapterEvent,
     CallModel,
     ModelCall,
     ModelReply,
     StageOutputError,
-    ToolCallObserved,
     ToolResultObserved,
 )
 from agent_runtime.engine.flow.prompt import build_global_system_prompt  # noqa: E402
@@ -66,7 +64,7 @@ FLOW_THREADS = FlowThreads(4)
 
 TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
-SYSTEM_PROMPT = build_global_system_prompt(CONTEXT)
+SYSTEM_PROMPT = build_global_system_prompt(CONTEXT, TEMPLATES)
 HISTORY: list[ChatMessage] = [UserMessage(content="hi there"), AssistantMessage(content="Hello! How can I help?")]
 HISTORY_WIRE = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "Hello! How can I help?"}]
 
@@ -130,7 +128,7 @@ class RecordingCalculator(CalculatorTool):
 
 def deps_for(
     model: CallModel,
-    events: list[AdapterEvent] | None = None,
+    events: list[ToolResultObserved] | None = None,
     *,
     tool_registry: ToolRegistry = TOOLS,
     max_json_retries: int = 2,
@@ -169,10 +167,16 @@ async def test_direct_route_is_one_model_call_that_sees_system_prompt_history_an
     system, *history, request = call.messages
     assert system == {"role": "system", "content": SYSTEM_PROMPT}
     assert history == HISTORY_WIRE
-    assert request["role"] == "user"
-    assert TEMPLATES.intent.agent.role in request["content"]
-    assert 'The user\'s latest message (a JSON string): "How are you?"' in request["content"]
-    assert '"title":"IntentResult"' in request["content"]  # the stage's schema, from the YAML's {output_schema}
+    # The stage's request alone: its static texts (agent, task, schema) are in the system prompt, not here.
+    assert request == {
+        "role": "user",
+        "content": "Stage: intent\n"
+        'The user\'s latest message (a JSON string): "How are you?"\n'
+        'Reply language (a BCP-47 tag): "en"\n'
+        "Answer as the intent stage: only the IntentResult JSON object.",
+    }
+    assert TEMPLATES.intent.agent.role in SYSTEM_PROMPT
+    assert '"title":"IntentResult"' in SYSTEM_PROMPT
 
 
 @BOTH_RUNNERS
@@ -185,7 +189,7 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
             "organization": [reply(ORGANIZED)],
         }
     )
-    events: list[AdapterEvent] = []
+    events: list[ToolResultObserved] = []
     deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]), runner=runner)
 
     state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
@@ -201,7 +205,63 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
 
     offered = model.calls[1].tools
     assert offered is not None
-    assert sorted(tool["function"]["name"] for tool in offered) == ["calculator", "current_time", "update_bio"]
+    # The whole schemas the model gets, as CrewAI builds them from our tools' args models.
+    assert offered == [
+        {
+            "type": "function",
+            "function": {
+                "name": "current_time",
+                "description": "Get the current local date, time and weekday in the user's time zone. "
+                "Takes no arguments.",
+                "parameters": {"additionalProperties": False, "properties": {}, "type": "object", "required": []},
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "calculator",
+                "description": "Evaluate an arithmetic expression exactly (decimal arithmetic) and return the result.",
+                "parameters": {
+                    "additionalProperties": False,
+                    "properties": {
+                        "expression": {
+                            "description": "Arithmetic expression: numbers, + - * / // % **, parentheses, sqrt(x), "
+                            "abs(x), round(x) or round(x, digits), floor(x), ceil(x). "
+                            "Example: (12.5 + 7) * 3 / sqrt(16)",
+                            "maxLength": 200,
+                            "minLength": 1,
+                            "title": "Expression",
+                            "type": "string",
+                        }
+                    },
+                    "required": ["expression"],
+                    "type": "object",
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "update_bio",
+                "description": "Replace the user's profile bio with the given text "
+                "(runs only after the user approves).",
+                "parameters": {
+                    "additionalProperties": False,
+                    "properties": {
+                        "bio": {
+                            "description": "The new bio, in full.",
+                            "maxLength": 4000,
+                            "minLength": 1,
+                            "title": "Bio",
+                            "type": "string",
+                        }
+                    },
+                    "required": ["bio"],
+                    "type": "object",
+                },
+            },
+        },
+    ]
     # The follow-up execution call carries the model's tool call and the result under the same id.
     *_, tool_call_turn, tool_turn = model.calls[2].messages
     assert tool_call_turn["tool_calls"][0]["id"] == "call_abc123"
@@ -210,7 +270,6 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
     assert json.loads(tool_turn["content"]) == {"expression": "17 + 25", "result": "42"}
 
     assert events == [
-        ToolCallObserved(stage="execution", call_id="call_abc123", name="calculator", arguments=TOOL_CALL.arguments),
         ToolResultObserved(stage="execution", call_id="call_abc123", name="calculator", content=tool_turn["content"]),
     ]
 
@@ -269,7 +328,7 @@ async def test_model_errors_reach_the_caller_unchanged() -> None:
 
 
 async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
-    async def one_run(index: int) -> tuple[FakeModel, list[AdapterEvent], AgentFlowState]:
+    async def one_run(index: int) -> tuple[FakeModel, list[ToolResultObserved], AgentFlowState]:
         call = ToolCallSpec(id=f"call_{index}", name="calculator", arguments=f'{{"expression": "{index} + 1"}}')
         model = FakeModel(
             {
@@ -279,7 +338,7 @@ async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
             },
             delay=0.01,
         )
-        events: list[AdapterEvent] = []
+        events: list[ToolResultObserved] = []
         state = await run_agent_flow(state_for(f"run {index}"), deps_for(model, events))
         return model, events, state
 
@@ -290,12 +349,8 @@ async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
         assert len(model.calls) == 4
         requests = [[m for m in call.messages if m["role"] == "user"][-1]["content"] for call in model.calls]
         assert all(f'"run {index}"' in request for request in requests)
-        assert [(type(event).__name__, event.call_id) for event in events] == [
-            ("ToolCallObserved", f"call_{index}"),
-            ("ToolResultObserved", f"call_{index}"),
-        ]
-        result = events[1]
-        assert isinstance(result, ToolResultObserved)
+        [result] = events
+        assert (result.stage, result.call_id, result.name) == ("execution", f"call_{index}", "calculator")
         assert json.loads(result.content)["result"] == str(index + 1)
 
 

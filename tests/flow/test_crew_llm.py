@@ -30,12 +30,10 @@ atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 from agent_runtime.engine.flow.crew_llm import DelegatingLLM  # noqa: E402
 from agent_runtime.engine.flow.model_call import (  # noqa: E402
-    AdapterEvent,
     ModelCall,
     ModelReply,
     StageCancelledError,
     StageOutputError,
-    ToolCallObserved,
     ToolResultObserved,
 )
 from agent_runtime.engine.flow.wire import schema_instruction  # noqa: E402
@@ -68,7 +66,7 @@ def llm_for(
     call_model: Callable[[ModelCall], Awaitable[ModelReply]],
     *,
     output_model: type[BaseModel] | None = None,
-    events: list[AdapterEvent] | None = None,
+    events: list[ToolResultObserved] | None = None,
     max_json_retries: int = 2,
 ) -> DelegatingLLM:
     return DelegatingLLM.for_stage(
@@ -140,7 +138,7 @@ async def test_a_string_prompt_is_one_user_message() -> None:
 
 
 async def test_tool_calls_go_back_to_crewai_in_openai_shape_and_are_observed_with_their_ids() -> None:
-    events: list[AdapterEvent] = []
+    events: list[ToolResultObserved] = []
     call_model, calls = scripted(
         ModelReply(tool_calls=[ToolCallSpec(id="call_7", name="calculator", arguments='{"expression":"1+1"}')]),
         ModelReply(content='{"answer": "2", "score": 1}'),
@@ -156,9 +154,7 @@ async def test_tool_calls_go_back_to_crewai_in_openai_shape_and_are_observed_wit
     assert calls[0].tools is not None
     assert "strict" not in calls[0].tools[0]["function"]
     assert calls[0].tools[0]["function"]["name"] == "calculator"
-    assert events == [
-        ToolCallObserved(stage="execution", call_id="call_7", name="calculator", arguments='{"expression":"1+1"}')
-    ]
+    assert events == []  # the run emits the call from the reply; only its result is observed here
 
     # What CrewAI's executor sends next: the assistant tool-call turn and the tool's result.
     follow_up = [
@@ -170,16 +166,16 @@ async def test_tool_calls_go_back_to_crewai_in_openai_shape_and_are_observed_wit
 
     # A tool stage's final answer is validated here and goes back as JSON text (response_model was None).
     assert json.loads(final) == {"answer": "2", "score": 1}
-    assert events[1:] == [
+    assert events == [
         ToolResultObserved(stage="execution", call_id="call_7", name="calculator", content='{"result":"2"}')
     ]
     # Reported once, even though later calls carry the same tool turn again.
     llm.observe_messages(follow_up)
-    assert len(events) == 2
+    assert len(events) == 1
 
 
 async def test_tool_turns_from_the_history_are_not_reported() -> None:
-    events: list[AdapterEvent] = []
+    events: list[ToolResultObserved] = []
     call_model, _ = scripted(ModelReply(content="ok"))
     history = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": "old_1", "type": "function", "function": {}}]},
@@ -209,7 +205,7 @@ async def test_response_model_gets_the_parsed_model_json_mode_and_no_json_schema
     request = calls[0]
     assert request.json_mode is True
     # The request model has no response_format at all: our LLM layer can only send json_object.
-    assert set(ModelCall.model_fields) == {"messages", "tools", "json_mode", "stage", "attempt"}
+    assert set(ModelCall.model_fields) == {"messages", "tools", "json_mode", "stage", "attempt", "max_tokens"}
     assert "response_format" not in json.dumps(request.model_dump())
     # The schema is in the prompt, appended to the request (last user message); the system message is untouched.
     assert request.messages[0] == {"role": "system", "content": "sys"}
@@ -385,7 +381,7 @@ async def test_close_also_cancels_an_acall_in_flight() -> None:
 
 async def test_results_observed_from_another_thread_reach_the_sink_on_the_loop() -> None:
     loop_thread = threading.get_ident()
-    delivered: list[tuple[AdapterEvent, int]] = []
+    delivered: list[tuple[ToolResultObserved, int]] = []
     call_model, _ = scripted(ModelReply(tool_calls=[ToolCallSpec(id="call_9", name="calculator", arguments="{}")]))
     llm = DelegatingLLM.for_stage(
         call_model, stage="execution", model="m", sink=lambda event: delivered.append((event, threading.get_ident()))
@@ -397,7 +393,6 @@ async def test_results_observed_from_another_thread_reach_the_sink_on_the_loop()
     await asyncio.to_thread(llm.observe_messages, transcript)
     await asyncio.sleep(0)
 
-    assert [(type(event).__name__, thread) for event, thread in delivered] == [
-        ("ToolCallObserved", loop_thread),
-        ("ToolResultObserved", loop_thread),
+    assert delivered == [
+        (ToolResultObserved(stage="execution", call_id="call_9", name="calculator", content="done"), loop_thread)
     ]

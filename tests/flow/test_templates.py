@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult
+from agent_runtime.engine.flow.contracts import ExecutionResult, OrganizationResult
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     IntentVariables,
     OrganizationVariables,
     TemplateConfigError,
     load_flow_templates,
+    output_schema,
     render_template,
 )
 from agent_runtime.resources import default_config_dir
@@ -55,20 +56,26 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
         "organization": [],
     }
     assert templates.execution.agent.requires_approval == ["update_bio"]
-    assert _placeholders(templates.intent.task.description) == {"user_input", "ai_language", "output_schema"}
-    assert _placeholders(templates.execution.task.description) == {
-        "user_input",
-        "intent_summary",
-        "execution_brief",
-        "output_schema",
-    }
-    assert _placeholders(templates.organization.task.description) == {
+    # The static texts (in the system prompt) take only the schema; the per-call request takes the values.
+    for stage in ("intent", "execution", "organization"):
+        task = templates.stage(stage).task
+        assert _placeholders(task.description) == {"output_schema"}
+        assert _placeholders(task.expected_output) == set()
+    assert _placeholders(templates.intent.task.request) == {"user_input", "ai_language"}
+    assert _placeholders(templates.execution.task.request) == {"user_input", "intent_summary", "execution_brief"}
+    assert _placeholders(templates.organization.task.request) == {
         "user_input",
         "intent_summary",
         "execution_report",
         "ai_language",
-        "output_schema",
     }
+    # Every model call has an output cap: each stage's, and the memory summary's.
+    assert {stage: templates.stage(stage).task.max_tokens for stage in ("intent", "execution", "organization")} == {
+        "intent": 2048,
+        "execution": 1024,
+        "organization": 2048,
+    }
+    assert templates.summary_max_tokens == templates.memory_summary.max_tokens == 1024
     for stage in ("intent", "execution", "organization"):
         assert "ONLY a JSON object" in templates.stage(stage).task.description
         agent = templates.stage(stage).agent
@@ -103,9 +110,9 @@ def _set(file: str, stage: str, key: str, value: Any) -> Edit:
     return edit
 
 
-def _description_with(extra: str, stage: str = "execution") -> Edit:
+def _description_with(extra: str, stage: str = "execution", key: str = "description") -> Edit:
     def edit(agents: dict[str, Any], tasks: dict[str, Any]) -> None:
-        tasks[stage]["description"] += extra
+        tasks[stage][key] += extra
 
     return edit
 
@@ -116,6 +123,18 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
         (_del("tasks.organization"), "tasks.yaml", "organization: Field required"),
         (_del("agents.execution.goal"), "agents.yaml", "execution.goal: Field required"),
         (_del("tasks.intent.expected_output"), "tasks.yaml", "intent.expected_output: Field required"),
+        (_del("tasks.execution.max_tokens"), "tasks.yaml", "execution.max_tokens: Field required"),
+        (_del("tasks.memory_summary.max_tokens"), "tasks.yaml", "memory_summary.max_tokens: Field required"),
+        (
+            _set("tasks", "organization", "max_tokens", 0),
+            "tasks.yaml",
+            "organization.max_tokens: Input should be greater than or equal to 1",
+        ),
+        (
+            _set("tasks", "intent", "max_tokens", "lots"),
+            "tasks.yaml",
+            "intent.max_tokens: Input should be a valid integer, unable to parse string as an integer",
+        ),
         (_set("agents", "intent", "llm", "gpt"), "agents.yaml", "intent.llm: Extra inputs are not permitted"),
         (_set("tasks", "planning", "description", "x"), "tasks.yaml", "planning: Extra inputs are not permitted"),
         (_set("agents", "intent", "role", 123), "agents.yaml", "intent.role: Input should be a valid string"),
@@ -139,15 +158,26 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
             "execution.description: unknown placeholder {user_input[0]}",
         ),
         (
-            _description_with(" {user_input:>999999999}"),
+            _description_with(" {user_input:>999999999}", key="request"),
             "tasks.yaml",
-            "execution.description: placeholder {user_input:>999999999} must not have a conversion or a format spec",
+            "execution.request: placeholder {user_input:>999999999} must not have a conversion or a format spec",
         ),
         (
-            _description_with(" {user_input!r}"),
+            _description_with(" {user_input!r}", key="request"),
             "tasks.yaml",
-            "execution.description: placeholder {user_input!r} must not have a conversion or a format spec",
+            "execution.request: placeholder {user_input!r} must not have a conversion or a format spec",
         ),
+        (
+            _description_with(" {user_input}"),
+            "tasks.yaml",
+            "execution.description: unknown placeholder {user_input}",
+        ),
+        (
+            _description_with(" {output_schema}", key="request"),
+            "tasks.yaml",
+            "execution.request: unknown placeholder {output_schema}",
+        ),
+        (_del("tasks.intent.request"), "tasks.yaml", "intent.request: Field required"),
         (
             _set("tasks", "organization", "expected_output", "JSON {"),
             "tasks.yaml",
@@ -155,14 +185,14 @@ def _description_with(extra: str, stage: str = "execution") -> Edit:
             "write literal braces as {{ and }}",
         ),
         (
-            _set("tasks", "execution", "description", "Do {execution_brief}."),
+            _set("tasks", "execution", "description", "Do the brief."),
             "tasks.yaml",
             "execution.description: missing required placeholder {output_schema}",
         ),
         (
-            _set("tasks", "organization", "description", "{output_schema}"),
+            _set("tasks", "organization", "request", "{user_input}"),
             "tasks.yaml",
-            "organization.description: missing required placeholder {ai_language}, {execution_report}",
+            "organization.request: missing required placeholder {ai_language}, {execution_report}",
         ),
         (
             _set("agents", "intent", "goal", "Help {user_input}"),
@@ -225,16 +255,11 @@ def test_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_hostile_braces_in_user_input_are_inserted_verbatim() -> None:
-    template = load_flow_templates(CONFIG_DIR).intent.task.description
+    template = load_flow_templates(CONFIG_DIR).intent.task.request
     variables = IntentVariables(user_input=HOSTILE, ai_language="en-US")
     rendered = render_template(template, variables.template_values())
-    schema = json.dumps(IntentResult.model_json_schema(), ensure_ascii=False, separators=(",", ":"))
     # Independent oracle: plain substring replacement, user_input last so its braces are never looked at.
-    expected = (
-        template.replace("{ai_language}", '"en-US"')
-        .replace("{output_schema}", schema)
-        .replace("{user_input}", json.dumps(HOSTILE))
-    )
+    expected = template.replace("{ai_language}", '"en-US"').replace("{user_input}", json.dumps(HOSTILE))
     assert rendered == expected
     assert rendered.count(json.dumps(HOSTILE)) == 1
 
@@ -248,16 +273,16 @@ def test_template_values_are_json_text_for_every_stage() -> None:
     organization_values = OrganizationVariables(
         user_input="2+2?", ai_language="zh-CN", intent_summary="sum", execution_report=report
     ).template_values()
-    assert {k: v for k, v in intent_values.items() if k != "output_schema"} == {
+    assert intent_values == {
         "user_input": '"say \\"hi\\"\\n"',
         "ai_language": '"zh-CN"',
     }
-    assert {k: v for k, v in execution_values.items() if k != "output_schema"} == {
+    assert execution_values == {
         "user_input": '"2+2?"',
         "ai_language": '"zh-CN"',
         "intent_summary": '"sum"',
         "execution_brief": '"add {2} and 2"',
     }
     assert json.loads(organization_values["execution_report"]) == report.model_dump(mode="json")
-    assert json.loads(organization_values["output_schema"])["title"] == "OrganizationResult"
-    assert json.loads(execution_values["output_schema"])["title"] == "ExecutionResult"
+    assert json.loads(output_schema("organization")) == OrganizationResult.model_json_schema()
+    assert json.loads(output_schema("execution"))["title"] == "ExecutionResult"

@@ -197,49 +197,9 @@ async def test_an_unexpected_exception_is_reported_without_its_details() -> None
     assert await _Broken().run("{}", _ctx()) == _failure("broken failed with an internal error")
 
 
-def test_builtin_registry_openai_schemas_whole_payload() -> None:
+def test_builtin_registry_names() -> None:
+    # The whole schema the model gets for each tool is asserted where it is built: tests/flow/test_crew_flow.py.
     assert BUILTIN_TOOLS.names() == ["current_time", "calculator"]
-    schemas = [schema.model_dump() for schema in BUILTIN_TOOLS.openai_schemas(["calculator", "current_time"])]
-    assert schemas == [
-        {
-            "type": "function",
-            "function": {
-                "name": "calculator",
-                "description": "Evaluate an arithmetic expression exactly (decimal arithmetic) and return the result.",
-                "parameters": {
-                    "additionalProperties": False,
-                    "properties": {
-                        "expression": {
-                            "description": "Arithmetic expression: numbers, + - * / // % **, parentheses, sqrt(x), "
-                            "abs(x), round(x) or round(x, digits), floor(x), ceil(x). "
-                            "Example: (12.5 + 7) * 3 / sqrt(16)",
-                            "maxLength": 200,
-                            "minLength": 1,
-                            "title": "Expression",
-                            "type": "string",
-                        }
-                    },
-                    "required": ["expression"],
-                    "title": "CalculatorArgs",
-                    "type": "object",
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "current_time",
-                "description": "Get the current local date, time and weekday in the user's time zone. "
-                "Takes no arguments.",
-                "parameters": {
-                    "additionalProperties": False,
-                    "properties": {},
-                    "title": "CurrentTimeArgs",
-                    "type": "object",
-                },
-            },
-        },
-    ]
 
 
 def test_registry_rejects_unknown_and_duplicate_names() -> None:
@@ -255,7 +215,6 @@ async def test_run_tool_set_binds_the_users_context() -> None:
     registry = ToolRegistry([CurrentTimeTool(clock=lambda: WINTER), CalculatorTool()])
     toolset = registry.build_for_run(["current_time"], _ctx("Europe/Paris"))
     assert toolset.names() == ["current_time"]
-    assert [schema.function.name for schema in toolset.openai_schemas()] == ["current_time"]
     assert await toolset.run("current_time", "{}") == ToolOutcome(
         ok=True, content='{"iso":"2026-01-15T13:00:00+01:00","weekday":"Thursday","timezone":"Europe/Paris"}'
     )

@@ -33,7 +33,7 @@ from agent_runtime.settings import Settings
 
 STUB_API_KEY = "test-key"
 MODEL = "deepseek/deepseek-chat"
-STAGE_TITLES = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
+STAGES = ("intent", "execution", "organization")
 # config/pricing.yaml, CNY per million tokens.
 PRICE_CACHE_HIT = Decimal("0.2")
 PRICE_CACHE_MISS = Decimal("2")
@@ -52,16 +52,18 @@ def money(value: Decimal) -> str:
 
 
 def stage_of(request: RecordedRequest) -> str:
-    """The flow stage a model request belongs to: the schema title in its stage request (the last user
-    message carrying one; a JSON repair turn comes after it)."""
+    """The flow stage a model request belongs to: the `Stage: <name>` line that starts its stage request (the
+    last user message starting with one; a JSON repair turn comes after it). The schemas of all stages are in
+    the system prompt, so they no longer tell stages apart."""
     for message in reversed(request.messages):
         content = message.get("content")
         if message.get("role") != "user" or not isinstance(content, str):
             continue
-        for stage, title in STAGE_TITLES.items():
-            if f'"title":"{title}"' in content:
+        first_line = content.split("\n", 1)[0]
+        for stage in STAGES:
+            if first_line == f"Stage: {stage}":
                 return stage
-    raise AssertionError(f"no stage schema in request: {request.messages!r}")
+    raise AssertionError(f"no stage request in: {request.messages!r}")
 
 
 def stage_request_text(request: RecordedRequest) -> str:

@@ -293,7 +293,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
         {"role": "assistant", "content": ANSWER},
     ]
 
-    system_prompt = build_global_system_prompt(await _agent_context(h, user))
+    system_prompt = build_global_system_prompt(await _agent_context(h, user), h.engine.templates)
     # The block proper: the marker lines (the policy above it names the markers too).
     block_start = system_prompt.index(f"\n{PROFILE_BLOCK_START}\n")
     block_end = system_prompt.index(f"\n{PROFILE_BLOCK_END}", block_start) + len(PROFILE_BLOCK_END) + 1
@@ -426,7 +426,7 @@ async def test_hostile_profile_stays_escaped_inside_the_profile_block(
     assert profile_line.isascii() and "\n" not in profile_line and "\r" not in profile_line
     assert not [c for c in profile_line[1:-1] if c in "<>`{}"]
     block = f"\n{PROFILE_BLOCK_START}\n{profile_line}\n{PROFILE_BLOCK_END}"
-    system_prompt = build_global_system_prompt(await _agent_context(h, user))
+    system_prompt = build_global_system_prompt(await _agent_context(h, user), h.engine.templates)
     assert system_prompt.endswith(block)
     policy = system_prompt.removesuffix(block)
     # The real markers, as lines, exactly once each; the bio's fake ones never became lines.

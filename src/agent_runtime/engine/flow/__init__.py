@@ -12,7 +12,6 @@ from agent_runtime.engine.flow.contracts import (
 from agent_runtime.engine.flow.prompt import (
     AgentKwargs,
     StagePromptPayload,
-    TaskKwargs,
     build_global_system_prompt,
     build_stage_prompt_payload,
 )
@@ -42,7 +41,6 @@ __all__ = [
     "StageName",
     "StagePromptPayload",
     "StageVariables",
-    "TaskKwargs",
     "TemplateConfigError",
     "ToolOutcome",
     "ToolRegistry",

@@ -22,41 +22,39 @@ otherwise run on the app's loop (measured in docs/crewai-notes.md).
 What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
 three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
 
-    system:  the run's system prompt (the same for every stage)
+    system:  the run's system prompt: policy, all three stages' instructions, profile (`prompt.py`)
     ...      the session's history (user/assistant/tool turns as stored)
-    user:    "You are {role}. {backstory}\\nYour personal goal is: {goal}\\nCurrent Task: <rendered
-             YAML task, with {output_schema}>"          (CrewAI's wording; `use_system_prompt=False`
-             keeps CrewAI from adding a second, stage-specific system message in front of the history)
+    user:    "Stage: <name>\\n<the YAML task's request, with this call's values>\\n<closing line>"
     (execution only) assistant tool calls / tool results, as native tool calling produces them
+
+CrewAI builds that user message from its prompt templates: by default they wrap the request in the agent's
+role, backstory and goal ("You are {role}. ...\\nCurrent Task: ..."), which would put the stage's static
+texts after the history again. The agent's `system_template` "{input}" and `prompt_template` (the closing
+line) make it just the request and that line: with both set, CrewAI renders "<system_template>\\n<prompt_template>" and
+fills `{input}` with our request (`use_system_prompt=False` keeps it from adding a stage-specific system
+message in front of the history).
 
 Kept away: no LanceDB memory (`_skip_auto_memory`), no agent memory, no sqlite (the Crew path writes task
 outputs to sqlite on every kickoff; `Agent.kickoff_async` does not), no temp files for large tool
 results (`use_better_compaction=False`), no CrewAI-side context summarisation
 (`respect_context_window=False`), no planning. CrewAI's console panels are turned off in `crewai_env`.
 
-Tools: our `Tool`s are async and bound to the user's context (`RunToolSet`). CrewAI runs a tool with
-`BaseTool.run` on an executor worker thread, and turns a coroutine result into `asyncio.run(...)`: a new
-event loop per call, which breaks anything bound to the app's loop (database pool, HTTP sessions).
-`RuntimeToolAdapter._run` therefore hands the coroutine to the app's loop, like `DelegatingLLM.call`.
+Tools reach CrewAI as `RuntimeToolAdapter`s (`tool_adapter`), which run them on the app's loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import json
-import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crew_llm import DelegatingLLM
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
-from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageCancelledError, StageOutputError
+from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
@@ -65,7 +63,8 @@ from agent_runtime.engine.flow.templates import (
     OrganizationVariables,
 )
 from agent_runtime.engine.flow.threads import FlowThreads
-from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, RunToolSet, Tool, ToolOutcome, ToolRegistry
+from agent_runtime.engine.flow.tool_adapter import RuntimeToolAdapter, ToolCalls
+from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, ToolRegistry
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.profiles.models import UserAgentContext
@@ -80,7 +79,6 @@ from crewai.tools import BaseTool  # noqa: E402
 if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage
 
-logger = logging.getLogger(__name__)
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
 _ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
 
@@ -127,112 +125,6 @@ class FlowDeps:
     threads: FlowThreads | None = None
     # Never run by CrewAI: the run stops at the model's call and runs them itself once approved.
     approval_tools: frozenset[str] = frozenset()
-
-
-class ToolCalls:
-    """A run's tools in flight (futures on the app's loop), so that stopping the run abandons them at their
-    next await instead of letting them finish (CrewAI's thread waiting for one cannot be interrupted)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._futures: set[concurrent.futures.Future[ToolOutcome]] = set()
-        self._closed = False
-
-    def add(self, future: concurrent.futures.Future[ToolOutcome]) -> None:
-        with self._lock:
-            self._futures.add(future)
-            closed = self._closed
-        if closed:
-            future.cancel()
-
-    def discard(self, future: concurrent.futures.Future[ToolOutcome]) -> None:
-        with self._lock:
-            self._futures.discard(future)
-
-    def cancel_all(self) -> None:
-        with self._lock:
-            self._closed = True
-            futures = list(self._futures)
-        for future in futures:
-            future.cancel()
-
-
-class RuntimeToolAdapter(BaseTool):
-    """One of our async tools as a CrewAI tool, run on the app's event loop."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    _toolset: RunToolSet | None = PrivateAttr(default=None)
-    _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
-    _calls: ToolCalls | None = PrivateAttr(default=None)
-    _requires_approval: bool = PrivateAttr(default=False)
-
-    @classmethod
-    def wrap(
-        cls,
-        tool: Tool[Any],
-        toolset: RunToolSet,
-        loop: asyncio.AbstractEventLoop,
-        calls: ToolCalls,
-        *,
-        requires_approval: bool = False,
-    ) -> RuntimeToolAdapter:
-        adapter = cls(name=tool.name, description=tool.description, args_schema=tool.args_model)
-        adapter._toolset = toolset
-        adapter._loop = loop
-        adapter._calls = calls
-        adapter._requires_approval = requires_approval
-        return adapter
-
-    def _run(self, **kwargs: Any) -> str:
-        # Called on an executor worker thread; CrewAI has no async tool path there (it would asyncio.run()).
-        future = self._submit(kwargs)
-        try:
-            return future.result().content
-        except concurrent.futures.CancelledError as exc:
-            raise StageCancelledError(f"tool {self.name!r}: the run was stopped") from exc
-        finally:
-            self._require_calls().discard(future)
-
-    async def _arun(self, **kwargs: Any) -> str:
-        # Possibly on the flow's private loop: the tool still runs on the app's.
-        future = self._submit(kwargs)
-        try:
-            return (await asyncio.wrap_future(future)).content
-        finally:
-            self._require_calls().discard(future)
-
-    def _submit(self, kwargs: dict[str, Any]) -> concurrent.futures.Future[ToolOutcome]:
-        future = asyncio.run_coroutine_threadsafe(self._outcome(kwargs), self._require_loop())
-        self._require_calls().add(future)
-        return future
-
-    def _require_calls(self) -> ToolCalls:
-        if self._calls is None:
-            raise RuntimeError(
-                "RuntimeToolAdapter was built without its run's tool calls; use RuntimeToolAdapter.wrap()"
-            )
-        return self._calls
-
-    async def _outcome(self, kwargs: dict[str, Any]) -> ToolOutcome:
-        if self._toolset is None:
-            raise RuntimeError("RuntimeToolAdapter was built without a tool set; use RuntimeToolAdapter.wrap()")
-        if self._requires_approval:
-            # The run stops before CrewAI gets such a call (RunGateway); reaching here would be a bug.
-            logger.error("tool %s reached CrewAI without the user's approval", self.name)
-            return ToolOutcome.failure(f"{self.name} runs only after the user approves it")
-        try:
-            return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
-        except Exception:
-            # Tools catch their own failures; this is a bug around them. Raised, CrewAI would hand the
-            # exception's text to the model and to the client as the tool's result.
-            logger.exception("tool adapter failed: tool=%s", self.name)
-            return ToolOutcome.failure(f"{self.name} failed with an internal error")
-
-    def _require_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            raise RuntimeError("RuntimeToolAdapter was built without an event loop; use RuntimeToolAdapter.wrap()")
-        return self._loop
 
 
 class AgentFlow(Flow[AgentFlowState]):
@@ -284,9 +176,7 @@ class AgentFlow(Flow[AgentFlowState]):
         if state.intent is not None:
             return state.intent  # a resumed turn: decided by the run that stopped for approvals
         variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
-        payload = build_stage_prompt_payload(
-            "intent", templates=self._require_deps().templates, system_prompt=state.system_prompt, variables=variables
-        )
+        payload = build_stage_prompt_payload("intent", templates=self._require_deps().templates, variables=variables)
         result = await self._run_stage(payload, IntentResult)
         state.intent = result
         return result
@@ -318,7 +208,6 @@ class AgentFlow(Flow[AgentFlowState]):
         payload = build_stage_prompt_payload(
             "execution",
             templates=self._require_deps().templates,
-            system_prompt=state.system_prompt,
             variables=variables,
         )
         result = await self._run_stage(payload, ExecutionResult)
@@ -338,7 +227,6 @@ class AgentFlow(Flow[AgentFlowState]):
         payload = build_stage_prompt_payload(
             "organization",
             templates=self._require_deps().templates,
-            system_prompt=state.system_prompt,
             variables=variables,
         )
         result = await self._run_stage(payload, OrganizationResult)
@@ -360,6 +248,7 @@ class AgentFlow(Flow[AgentFlowState]):
             max_json_retries=deps.max_json_retries,
             # The YAML task renders {output_schema} (enforced when the templates load).
             inject_schema=False,
+            max_output_tokens=deps.templates.stage(stage).task.max_tokens,
             loop=self._require_app_loop(),
         )
         self._llms.append(llm)
@@ -371,6 +260,9 @@ class AgentFlow(Flow[AgentFlowState]):
             # Only the execution agent may be granted tools (enforced when the templates load).
             tools=self._stage_tools(payload.agent.tools),
             max_iter=deps.max_tool_iterations,
+            # See the module docstring: the user message is our request and its closing line, nothing else.
+            system_template="{input}",
+            prompt_template=payload.closing,
             use_system_prompt=False,
             respect_context_window=False,
             use_better_compaction=False,
@@ -378,7 +270,7 @@ class AgentFlow(Flow[AgentFlowState]):
             verbose=False,
         )
         with stage_observed(stage):
-            output = await agent.kickoff_async(self._messages(stage, stage_request(payload)), contract)
+            output = await agent.kickoff_async(self._messages(stage, payload.request), contract)
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
         result = output.pydantic
@@ -420,11 +312,6 @@ class AgentFlow(Flow[AgentFlowState]):
         if self._app_loop is None:
             raise RuntimeError("AgentFlow was built without the app's event loop; use AgentFlow.for_run()")
         return self._app_loop
-
-
-def stage_request(payload: StagePromptPayload) -> str:
-    """The stage's request (CrewAI's "Current Task"): the rendered task description and expected output."""
-    return f"{payload.task.description}\n\nExpected output: {payload.task.expected_output}"
 
 
 def build_state(
@@ -469,8 +356,6 @@ __all__ = [
     "AgentFlow",
     "AgentFlowState",
     "FlowDeps",
-    "RuntimeToolAdapter",
     "build_state",
     "run_agent_flow",
-    "stage_request",
 ]

@@ -32,8 +32,8 @@ run with no contextvar and no use of CrewAI's process-wide event bus. Token stre
 `call_model` (it may stream from the provider and push `assistant_text` deltas to the run's events while
 still returning the whole `ModelReply`); CrewAI's `LLMStreamChunkEvent`s are never involved.
 
-Tool calls are observed here with the model's own ids, which are the ids the executor puts on the tool
-turns: `ToolCallObserved` when the model asks for a call (before the tool runs: TOOL_CALL_START/ARGS/END),
+Tool results are observed here under the model's own call ids, which are the ids the executor puts on the
+tool turns (the calls themselves reach the run in the model's reply, before the tools run):
 `ToolResultObserved` when the next model call carries the tool turn with that `tool_call_id`
 (TOOL_CALL_RESULT; the executor calls the model right after a tool batch), plus `observe_messages()` for
 the stage's final transcript (a `result_as_answer` tool or the iteration limit ends the loop without
@@ -63,13 +63,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
 from agent_runtime.engine.flow.model_call import (
-    AdapterEvent,
     CallModel,
     EventSink,
     ModelCall,
     StageCancelledError,
     StageOutputError,
-    ToolCallObserved,
     ToolResultObserved,
 )
 from agent_runtime.engine.flow.wire import (
@@ -111,6 +109,9 @@ class _DelegatingLLMBody(BaseModel):
     output_model: type[BaseModel] | None = None
     max_json_retries: int = Field(default=2, ge=0)
     inject_schema: bool = True
+    # Sent with every call as ModelCall.max_tokens. Not BaseLLM's `max_tokens`: that one is CrewAI's own
+    # (read by its provider clients, which this LLM replaces).
+    max_output_tokens: int | None = Field(default=None, ge=1)
 
     _call_model: CallModel | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
@@ -132,6 +133,7 @@ class _DelegatingLLMBody(BaseModel):
         sink: EventSink | None = None,
         max_json_retries: int = 2,
         inject_schema: bool = True,
+        max_output_tokens: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> Self:
         """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`)."""
@@ -141,6 +143,7 @@ class _DelegatingLLMBody(BaseModel):
             output_model=output_model,
             max_json_retries=max_json_retries,
             inject_schema=inject_schema,
+            max_output_tokens=max_output_tokens,
         )
         llm._call_model = call_model
         llm._loop = loop or asyncio.get_running_loop()
@@ -297,6 +300,7 @@ class _DelegatingLLMBody(BaseModel):
                 json_mode=contract is not None,
                 stage=self.stage,
                 attempt=attempt,
+                max_tokens=self.max_output_tokens,
             )
             reply = await call_model(request)
             if reply.tool_calls and offered_tools:
@@ -327,17 +331,12 @@ class _DelegatingLLMBody(BaseModel):
     def _hand_over_tool_calls(self, tool_calls: list[ToolCallSpec]) -> list[dict[str, Any]]:
         for tool_call in tool_calls:
             self._issued_calls[tool_call.id] = tool_call.name
-            self._emit(
-                ToolCallObserved(
-                    stage=self.stage, call_id=tool_call.id, name=tool_call.name, arguments=tool_call.arguments
-                )
-            )
         return [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call in tool_calls
         ]
 
-    def _emit(self, event: AdapterEvent) -> None:
+    def _emit(self, event: ToolResultObserved) -> None:
         if self._sink is None:
             return
         loop = self._require_loop()

@@ -1,11 +1,11 @@
 """The contract between the CrewAI adapter (`crew_llm`) and the run that owns it: one model call in, one
-reply out, plus the tool events the adapter observes. No CrewAI import here, so the run layer can use these
+reply out, plus the tool results the adapter observes. No CrewAI import here, so the run layer can use these
 types without loading CrewAI."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +23,7 @@ class ModelCall(BaseModel):
     json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
     stage: str
     attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
+    max_tokens: int | None = Field(default=None, ge=1, description="The stage's output-token cap (its YAML task).")
 
 
 class ModelReply(BaseModel):
@@ -34,25 +35,20 @@ class ModelReply(BaseModel):
 CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
 
 
-class ToolCallObserved(BaseModel):
-    kind: Literal["tool_call"] = "tool_call"
-    stage: str
-    call_id: str
-    name: str
-    arguments: str
-
-
 class ToolResultObserved(BaseModel):
-    kind: Literal["tool_result"] = "tool_result"
+    """A tool's result, seen in the stage's messages under the id of a tool call the model made in this stage.
+
+    The only event the adapter reports: the run emits the tool calls themselves from the model's reply, right
+    after the row that holds them is stored (`RunGateway`)."""
+
     stage: str
     call_id: str
     name: str
     content: str
 
 
-AdapterEvent = ToolCallObserved | ToolResultObserved
 # Called on the event-loop thread; it must not block (enqueue and return).
-EventSink = Callable[[AdapterEvent], None]
+EventSink = Callable[[ToolResultObserved], None]
 
 
 class StageOutputError(UpstreamError):

@@ -1,15 +1,21 @@
 """CrewAI agent/task templates from config/crewai/{agents,tasks}.yaml, validated once at start-up.
 
-Placeholders use `str.format` syntax (`{name}`). Agent texts (role, goal, backstory) take no placeholders:
-they are the stable part of every prompt. Each stage's task texts may use exactly the fields of that
-stage's variables model plus `{output_schema}` (the stage contract's JSON schema); `*` marks the ones
-the description must use:
+Placeholders use `str.format` syntax (`{name}`). A stage's texts are in two parts, for DeepSeek's prefix
+cache (engine/flow/prompt.py): what never changes (the agent's role, goal and backstory, the task's
+`description` and `expected_output`) goes into the one system prompt, shared by every stage and turn; what
+changes with each call (the task's `request`) goes last, after the history. So the static texts take no
+placeholders but `{output_schema}` (the stage contract's JSON schema, which the description must use), and
+each stage's `request` may use exactly the fields of that stage's variables model; `*` marks the ones it must
+use:
 
-    intent:        user_input*, ai_language*, output_schema*
-    execution:     user_input, intent_summary, execution_brief*, ai_language, output_schema*
-    organization:  user_input, intent_summary, execution_report*, ai_language*, output_schema*
+    intent:        user_input*, ai_language*
+    execution:     user_input, intent_summary, execution_brief*, ai_language
+    organization:  user_input, intent_summary, execution_report*, ai_language*
 
-The chat history is not a placeholder: it reaches the model as chat messages, ahead of the task text.
+The chat history is not a placeholder: it reaches the model as chat messages, ahead of the request.
+
+Every task has `max_tokens`: the output-token cap of each model call it makes (sent as the request's
+`max_tokens`; a stage's tool loop and JSON repairs are capped call by call).
 
 `tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
 model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
@@ -91,11 +97,17 @@ class AgentTemplate(_Frozen):
 class TaskTemplate(_Frozen):
     description: str = Field(min_length=1)
     expected_output: str = Field(min_length=1)
+    # Required, so that no model call goes out without a cap on what it may cost in output tokens.
+    max_tokens: int = Field(ge=1, description="The most output tokens one model call of this task may produce.")
+
+
+class StageTaskTemplate(TaskTemplate):
+    request: str = Field(min_length=1, description="The per-call part, sent after the history.")
 
 
 class StageTemplates(_Frozen):
     agent: AgentTemplate
-    task: TaskTemplate
+    task: StageTaskTemplate
 
 
 class FlowTemplates(_Frozen):
@@ -109,6 +121,11 @@ class FlowTemplates(_Frozen):
         values = {"max_words": str(max_words), "output_schema": summary_schema_text()}
         task = self.memory_summary
         return f"{render_template(task.description, values)}\n\nExpected output: {task.expected_output}"
+
+    @property
+    def summary_max_tokens(self) -> int:
+        """The summary call's output cap (`memory_summary.max_tokens`)."""
+        return self.memory_summary.max_tokens
 
     def stage(self, name: StageName) -> StageTemplates:
         return {"intent": self.intent, "execution": self.execution, "organization": self.organization}[name]
@@ -124,14 +141,15 @@ class _AgentsFile(_Frozen):
 
 
 class _TasksFile(_Frozen):
-    intent: TaskTemplate
-    execution: TaskTemplate
-    organization: TaskTemplate
+    intent: StageTaskTemplate
+    execution: StageTaskTemplate
+    organization: StageTaskTemplate
     memory_summary: TaskTemplate
 
 
 @functools.cache
-def _output_schema(stage: StageName) -> str:
+def output_schema(stage: StageName) -> str:
+    """The stage contract's JSON schema, as `{output_schema}` renders it."""
     # Building a JSON schema costs ~1 ms per contract; the contracts never change at run time.
     return json.dumps(STAGE_CONTRACTS[stage].model_json_schema(), ensure_ascii=False, separators=(",", ":"))
 
@@ -146,24 +164,22 @@ class _StageVariables(_Frozen):
 
     @classmethod
     def placeholders(cls) -> frozenset[str]:
-        return frozenset(cls.model_fields) | {"output_schema"}
+        return frozenset(cls.model_fields)
 
     def template_values(self) -> dict[str, str]:
         # Every value is JSON text: strings arrive quoted and escaped, so a user message cannot fake the end
         # of its own section of the prompt; structured values (the execution report) are JSON anyway.
-        values = {name: json.dumps(value, ensure_ascii=False) for name, value in self.model_dump(mode="json").items()}
-        values["output_schema"] = _output_schema(self.stage)
-        return values
+        return {name: json.dumps(value, ensure_ascii=False) for name, value in self.model_dump(mode="json").items()}
 
 
 class IntentVariables(_StageVariables):
     stage: ClassVar[StageName] = "intent"
-    required: ClassVar[frozenset[str]] = frozenset({"user_input", "ai_language", "output_schema"})
+    required: ClassVar[frozenset[str]] = frozenset({"user_input", "ai_language"})
 
 
 class ExecutionVariables(_StageVariables):
     stage: ClassVar[StageName] = "execution"
-    required: ClassVar[frozenset[str]] = frozenset({"execution_brief", "output_schema"})
+    required: ClassVar[frozenset[str]] = frozenset({"execution_brief"})
 
     intent_summary: str
     execution_brief: str
@@ -171,7 +187,7 @@ class ExecutionVariables(_StageVariables):
 
 class OrganizationVariables(_StageVariables):
     stage: ClassVar[StageName] = "organization"
-    required: ClassVar[frozenset[str]] = frozenset({"execution_report", "ai_language", "output_schema"})
+    required: ClassVar[frozenset[str]] = frozenset({"execution_report", "ai_language"})
 
     intent_summary: str
     execution_report: ExecutionResult
@@ -248,15 +264,22 @@ def _check_agent(file: Path, stage: StageName, agent: AgentTemplate) -> None:
             raise TemplateConfigError(f"{file}: {stage}.tools[{index}]: duplicate tool {tool!r}")
 
 
-def _check_task(file: Path, stage: StageName, task: TaskTemplate) -> None:
+def _check_task(file: Path, stage: StageName, task: StageTaskTemplate) -> None:
+    static = frozenset({"output_schema"})
+    _require(
+        file, f"{stage}.description", static, _placeholders(file, f"{stage}.description", task.description, static)
+    )
+    _placeholders(file, f"{stage}.expected_output", task.expected_output, static)
     variables = STAGE_VARIABLES[stage]
-    allowed = variables.placeholders()
-    used = _placeholders(file, f"{stage}.description", task.description, allowed)
-    _placeholders(file, f"{stage}.expected_output", task.expected_output, allowed)
-    missing = sorted(variables.required - used)
+    used = _placeholders(file, f"{stage}.request", task.request, variables.placeholders())
+    _require(file, f"{stage}.request", variables.required, used)
+
+
+def _require(file: Path, key: str, required: frozenset[str], used: frozenset[str]) -> None:
+    missing = sorted(required - used)
     if missing:
         shown = ", ".join("{" + name + "}" for name in missing)
-        raise TemplateConfigError(f"{file}: {stage}.description: missing required placeholder {shown}")
+        raise TemplateConfigError(f"{file}: {key}: missing required placeholder {shown}")
 
 
 def load_flow_templates(config_dir: Path) -> FlowTemplates:
@@ -281,7 +304,4 @@ def _check_summary_task(file: Path, task: TaskTemplate) -> None:
     allowed = frozenset({"max_words", "output_schema"})
     used = _placeholders(file, "memory_summary.description", task.description, allowed)
     _placeholders(file, "memory_summary.expected_output", task.expected_output, frozenset())
-    missing = sorted(allowed - used)
-    if missing:
-        shown = ", ".join("{" + name + "}" for name in missing)
-        raise TemplateConfigError(f"{file}: memory_summary.description: missing required placeholder {shown}")
+    _require(file, "memory_summary.description", allowed, used)

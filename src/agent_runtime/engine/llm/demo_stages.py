@@ -1,7 +1,8 @@
 """What the offline demo model answers: deterministic, labelled as a demo, valid for the three agent stages.
 
-The stage is recognised by the JSON-schema title the flow puts in its prompt; the user's request is the
-latest user message that is not a stage template, wherever it sits in the list.
+The stage is recognised by the latest message that names one: by a JSON-schema title, or by the contract's
+name (the flow's stage request ends with it, while the system prompt holds all three stages' schemas); the
+user's request is the latest user message that is not a stage template, wherever it sits in the list.
 """
 
 from __future__ import annotations
@@ -89,11 +90,12 @@ class _Summary(BaseModel):
 
 def detect_stage(messages: list[WireMessage]) -> str | None:
     for message in reversed(messages):
-        if message.content and (match := _SCHEMA_TITLE.search(message.content)):
+        if not message.content:
+            continue
+        if match := _SCHEMA_TITLE.search(message.content):
             return match.group(1)
-    for message in reversed(messages):
         for title in STAGE_TITLES:
-            if message.content and title in message.content:
+            if title in message.content:
                 return title
     return None
 

@@ -21,9 +21,12 @@ from agent_runtime.settings import Settings
 
 
 class SummaryTask(Protocol):
-    """Renders the YAML summary task (FlowTemplates)."""
+    """The YAML summary task (FlowTemplates): its request text and its output-token cap."""
 
     def render_summary_task(self, max_words: int) -> str: ...
+
+    @property
+    def summary_max_tokens(self) -> int: ...
 
 
 def memory_policy(settings: Settings) -> WindowPolicy:
@@ -70,6 +73,7 @@ async def run_history(
             model=settings.effective_llm_model,
             system=SystemMessage(content=system_prompt),
             task=task.render_summary_task(summary_max_words(policy.summary_tokens)),
+            reply_max_tokens=task.summary_max_tokens,
             max_tokens=policy.summary_tokens,
             counter=policy.counter(),
         )

@@ -1,10 +1,10 @@
 """Summaries from the configured model, for the run path: one call per cut, recorded like every model call.
 
-The call is the summary task (`memory_summary` in config/crewai/tasks.yaml) in JSON mode after the turns it
-condenses (`summary.summary_request_messages`). Its tokens and cost go on an audit row (seq < 0, stage
-`memory_summary`, the run's id) handed to `record` (the run writes it with its end, in the same statement as
-its other rows, so the run's and the session's usage include it); an answer that does not match the contract
-is recorded too (with its error) and raises, so the cut is retried at the next turn.
+The call is the summary task (`memory_summary` in config/crewai/tasks.yaml) in JSON mode, capped at the task's
+`max_tokens`, after the turns it condenses (`summary.summary_request_messages`). Its tokens and cost go on an
+audit row (seq < 0, stage `memory_summary`, the run's id) handed to `record` (the run writes it with its end,
+in the same statement as its other rows, so the run's and the session's usage include it); an answer that does
+not match the contract is recorded too (with its error) and raises, so the cut is retried at the next turn.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class ModelSummarizer:
         model: str,
         system: SystemMessage,
         task: str,
+        reply_max_tokens: int,
         max_tokens: int,
         counter: TokenCounter,
     ) -> None:
@@ -53,6 +54,7 @@ class ModelSummarizer:
         self._model = model
         self._system = system
         self._task = task
+        self._reply_max_tokens = reply_max_tokens
         self._max_tokens = max_tokens
         self._counter = counter
 
@@ -61,7 +63,8 @@ class ModelSummarizer:
         # starts with the same prefix as the run's stages.
         request = request.model_copy(update={"system": request.system or self._system})
         messages = [WireMessage.model_validate(to_wire(m)) for m in summary_request_messages(request, self._task)]
-        response = await self._llm.complete(LLMRequest(model=self._model, messages=messages, json_mode=True))
+        call = LLMRequest(model=self._model, messages=messages, json_mode=True, max_tokens=self._reply_max_tokens)
+        response = await self._llm.complete(call)
         try:
             summary = ConversationSummary.model_validate_json(_json_text(response.content)).summary.strip()
         except ValidationError as exc:

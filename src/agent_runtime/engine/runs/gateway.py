@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from uuid import uuid4
 
 from agent_runtime.engine.flow.model_call import (
-    AdapterEvent,
     ModelCall,
     ModelReply,
     ToolCallsPending,
@@ -166,6 +165,7 @@ class RunGateway:
             # Never JSON mode next to tools: DeepSeek does not document the pair, and it can keep the model from
             # calling a tool. The stage's prompt still asks for JSON and the adapter validates the answer.
             json_mode=call.json_mode and not tools,
+            max_tokens=call.max_tokens,
             stream=answer_stage,
         )
         reasoning_id = str(uuid4())
@@ -214,10 +214,9 @@ class RunGateway:
         self._recorder.stage_output(StageOutput(stage=call.stage, attempt=call.attempt, response=response))
         return ModelReply(content=response.content)
 
-    def sink(self, event: AdapterEvent) -> None:
-        """CrewAI adapter events (on the loop thread): tool results become events and queued rows."""
-        if not isinstance(event, ToolResultObserved):
-            return  # tool calls are emitted above, right after the row that holds them is stored
+    def sink(self, event: ToolResultObserved) -> None:
+        """Tool results the CrewAI adapter observed (on the loop thread) become events and queued rows (the
+        tool calls are emitted above, right after the row that holds them is stored)."""
         result = _tool_result(event.content)
         record = ToolResultRecord(
             message_id=str(uuid4()),

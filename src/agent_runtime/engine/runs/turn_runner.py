@@ -123,7 +123,7 @@ class TurnRunner:
             gateway.enter_stage("execution")
             toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
-        system_prompt = build_global_system_prompt(agent_ctx)
+        system_prompt = build_global_system_prompt(agent_ctx, self._templates)
         # The session's memory window (engine/memory/run_memory.py), this turn's messages included.
         window = await run_history(
             settings=self._settings,

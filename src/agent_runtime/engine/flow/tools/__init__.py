@@ -1,8 +1,6 @@
 """Built-in tools a stage's agent can be granted in config/crewai/agents.yaml."""
 
 from agent_runtime.engine.flow.tools.base import (
-    OpenAIFunction,
-    OpenAITool,
     Tool,
     ToolArgs,
     ToolError,
@@ -34,8 +32,6 @@ __all__ = [
     "CalculatorTool",
     "CurrentTimeArgs",
     "CurrentTimeTool",
-    "OpenAIFunction",
-    "OpenAITool",
     "RunToolSet",
     "Tool",
     "ToolArgs",

@@ -8,7 +8,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -49,18 +49,6 @@ class ToolOutcome(BaseModel):
         return cls(ok=False, content=json.dumps({"error": error}, ensure_ascii=False), error=error)
 
 
-class OpenAIFunction(BaseModel):
-    name: str
-    description: str
-    # A JSON Schema document: open-ended by definition, produced by Pydantic from the args model.
-    parameters: dict[str, Any]
-
-
-class OpenAITool(BaseModel):
-    type: Literal["function"] = "function"
-    function: OpenAIFunction
-
-
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False):
@@ -82,13 +70,6 @@ class Tool(ABC, Generic[ArgsT]):
         self.description = description
         self.args_model = args_model
         self.timeout_seconds = timeout_seconds
-
-    def openai_schema(self) -> OpenAITool:
-        return OpenAITool(
-            function=OpenAIFunction(
-                name=self.name, description=self.description, parameters=self.args_model.model_json_schema()
-            )
-        )
 
     @abstractmethod
     async def execute(self, args: ArgsT, ctx: UserAgentContext) -> BaseModel:

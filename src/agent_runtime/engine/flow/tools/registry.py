@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agent_runtime.engine.flow.tools.base import OpenAITool, Tool, ToolOutcome
+from agent_runtime.engine.flow.tools.base import Tool, ToolOutcome
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability import metrics
 
@@ -21,9 +21,6 @@ class RunToolSet:
 
     def names(self) -> list[str]:
         return list(self._tools)
-
-    def openai_schemas(self) -> list[OpenAITool]:
-        return [tool.openai_schema() for tool in self._tools.values()]
 
     async def run(self, name: str, args_json: str) -> ToolOutcome:
         tool = self._tools.get(name)
@@ -51,9 +48,6 @@ class ToolRegistry:
 
     def names(self) -> list[str]:
         return list(self._tools)
-
-    def openai_schemas(self, names: Iterable[str]) -> list[OpenAITool]:
-        return [self.get(name).openai_schema() for name in names]
 
     def build_for_run(self, names: Iterable[str], ctx: UserAgentContext) -> RunToolSet:
         return RunToolSet([self.get(name) for name in names], ctx)

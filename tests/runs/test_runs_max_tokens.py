@@ -1,0 +1,69 @@
+"""Every model call carries its YAML task's `max_tokens` (issue 12: no call without an output cap): each stage's
+calls (the tool loop and a JSON repair included) and the memory summary's, as the provider receives them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from uuid import UUID
+
+import yaml
+from tests.conftest import User
+from tests.runs.conftest import MakeHarness, execution_done, intent_needs, organized, stage_of, types
+from tests.stubs.deepseek_stub import StubReply, StubToolCall
+
+from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.resources import default_config_dir
+
+# Distinct per task, so a cap sent with the wrong stage's call fails the test.
+CAPS = {"intent": 301, "execution": 302, "organization": 303, "memory_summary": 304}
+
+
+def _config_with_caps(tmp_path: Path) -> Path:
+    config = tmp_path / "crewai"
+    shutil.copytree(default_config_dir() / "crewai", config)
+    tasks_file = config / "tasks.yaml"
+    tasks = yaml.safe_load(tasks_file.read_text(encoding="utf-8"))
+    for task, cap in CAPS.items():
+        tasks[task]["max_tokens"] = cap
+    tasks_file.write_text(yaml.safe_dump(tasks, allow_unicode=True), encoding="utf-8")
+    return config
+
+
+async def test_every_call_sends_its_tasks_max_tokens(
+    make_harness: MakeHarness, make_user: Callable[[], User], tmp_path: Path
+) -> None:
+    async with make_harness(crewai_config_dir=_config_with_caps(tmp_path)) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        # A full window, so this run cuts it and summarises what it drops first.
+        earlier: list[NewMessage] = []
+        for turn in range(15):
+            earlier.append(NewMessage(role="user", content=f"question {turn}", metadata=UserInputMetadata()))
+            earlier.append(NewMessage(role="assistant", content=f"answer {turn}", metadata=AssistantOutputMetadata()))
+        await h.engine.messages.append(user.ctx, UUID(sid), earlier)
+        h.stub.enqueue(
+            StubReply(content=json.dumps({"summary": "The user asked fifteen questions."})),
+            intent_needs("Compute 17 + 25 with the calculator."),
+            StubReply(tool_calls=[StubToolCall(id="call_1", name="calculator", arguments='{"expression": "17 + 25"}')]),
+            execution_done("17 + 25 = 42", {"result": "42"}),
+            StubReply(content="not JSON"),  # the organization stage's first answer is repaired
+            organized("17 + 25 is 42."),
+        )
+
+        result = await h.run(user, sid, "What is 17 + 25?")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.events[-1]
+        summary, *stages = h.stub.requests
+        assert "ConversationSummary" in summary.messages[-1]["content"]
+        assert summary.body["max_tokens"] == CAPS["memory_summary"]
+        assert [(stage_of(r), r.body["max_tokens"]) for r in stages] == [
+            ("intent", CAPS["intent"]),
+            ("execution", CAPS["execution"]),
+            ("execution", CAPS["execution"]),
+            ("organization", CAPS["organization"]),
+            ("organization", CAPS["organization"]),
+        ]
