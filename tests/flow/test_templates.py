@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import string
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,9 @@ from agent_runtime.engine.flow.templates import (
     output_schema,
     render_template,
 )
+from agent_runtime.engine.runtime import load_config
 from agent_runtime.resources import default_config_dir
+from agent_runtime.settings import Settings
 
 CONFIG_DIR = default_config_dir() / "crewai"
 HOSTILE = "{user_input} {0} {__class__} {output_schema} {{x}} }{"
@@ -286,3 +289,25 @@ def test_template_values_are_json_text_for_every_stage() -> None:
     assert json.loads(organization_values["execution_report"]) == report.model_dump(mode="json")
     assert json.loads(output_schema("organization")) == OrganizationResult.model_json_schema()
     assert json.loads(output_schema("execution"))["title"] == "ExecutionResult"
+
+
+def test_a_summary_cap_below_the_summary_size_stops_start_up(tmp_path: Path) -> None:
+    shutil.copytree(CONFIG_DIR.parent, tmp_path, dirs_exist_ok=True)
+    tasks = _real("tasks.yaml")
+    tasks["memory_summary"]["max_tokens"] = 300
+    (tmp_path / "crewai" / "tasks.yaml").write_text(yaml.safe_dump(tasks, allow_unicode=True), encoding="utf-8")
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        environment="test",
+        config_dir=tmp_path,
+        memory_summary=True,
+        memory_summary_max_tokens=400,
+    )
+
+    with pytest.raises(TemplateConfigError) as info:
+        load_config(settings)
+
+    assert str(info.value) == (
+        "tasks.yaml: memory_summary.max_tokens (300) must be at least MEMORY_SUMMARY_MAX_TOKENS (400)"
+    )
+    assert load_config(settings.model_copy(update={"memory_summary_max_tokens": 300})).summary_max_tokens == 300

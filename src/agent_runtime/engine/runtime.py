@@ -11,7 +11,7 @@ from agent_runtime.db.embedded import EmbeddedPostgres
 from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.billing.pricing import PricingTable
-from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates
+from agent_runtime.engine.flow.templates import FlowTemplates, TemplateConfigError, load_flow_templates
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.service import RunService
@@ -67,7 +67,14 @@ class EngineResources:
 def load_config(settings: Settings) -> FlowTemplates:
     """Validate the YAML configuration up front: a bad template or price table stops start-up."""
     PricingTable.load(settings.pricing_file)
-    return load_flow_templates(settings.crewai_config_dir)
+    templates = load_flow_templates(settings.crewai_config_dir)
+    # A summary asked to be up to N tokens long but capped below N would be cut off mid-sentence every time.
+    if settings.memory_summary_enabled and templates.summary_max_tokens < settings.memory_summary_max_tokens:
+        raise TemplateConfigError(
+            f"tasks.yaml: memory_summary.max_tokens ({templates.summary_max_tokens}) must be at least "
+            f"MEMORY_SUMMARY_MAX_TOKENS ({settings.memory_summary_max_tokens})"
+        )
+    return templates
 
 
 async def open_engine(settings: Settings) -> EngineResources:
