@@ -7,7 +7,7 @@ LiteLLM) on a throwaway database `agent_runtime_bench_<random>` (created on the 
 an admin URL, default postgresql://postgres@127.0.0.1:5432/postgres; dropped WITH (FORCE) at the end, also
 on failure). The model is `tests/stubs/deepseek_stub.py` in a child process (spawned), so its CPU is not
 charged to the engine; the stub's own CPU is read from /proc and shown apart. The stub is scripted per
-stage from the request (the stage's task text names its contract; a marker in the user's message picks the
+stage from the request (its stage request starts with `Stage: <name>`; a marker in the user's message picks the
 route and the latency), and every run is checked to have taken its route (model calls, tool results):
 - short-circuit: intent -> DIRECT_EXECUTION (1 model call, streamed);
 - full: intent -> NEEDS_EXECUTION, execution -> one `calculator` tool call, execution -> ExecutionResult,
@@ -114,22 +114,23 @@ def _text(content: Any) -> str:
 
 
 def respond(request: RecordedRequest) -> StubReply:
-    """Answer one stage: the stage is named by the contract in its task (the last user message)."""
+    """Answer one stage: the stage request (the last user message) starts with `Stage: <name>`."""
     messages = request.messages
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
     task = _text(messages[last_user].get("content")) if last_user >= 0 else ""
     delay = SLOW_LATENCY if SLOW in task else 0.0
-    if "matching the IntentResult schema" in task:
+    stage = task.split("\n", 1)[0]
+    if stage == "Stage: intent":
         content = json.dumps(INTENT_FULL if FULL in task else INTENT_SHORT)
         return StubReply(content=content, delay_seconds=delay, chunk_chars=CHUNK_CHARS)
-    if "matching the ExecutionResult schema" in task:
+    if stage == "Stage: execution":
         if any(m.get("role") == "tool" for m in messages[last_user + 1 :]):
             return StubReply(content=json.dumps(EXECUTION), delay_seconds=delay, chunk_chars=CHUNK_CHARS)
         call = StubToolCall(
             id=f"call_{uuid.uuid4().hex[:24]}", name="calculator", arguments='{"expression": "(17.5 * 4 + 3) / 7"}'
         )
         return StubReply(tool_calls=[call], delay_seconds=delay)
-    if "matching the OrganizationResult schema" in task:
+    if stage == "Stage: organization":
         content = json.dumps(ORGANIZATION, ensure_ascii=False)
         return StubReply(content=content, delay_seconds=delay, chunk_chars=CHUNK_CHARS)
     return StubReply(content='{"error": "bench stub: unknown stage"}')
@@ -193,31 +194,31 @@ class RunSample:
 
 async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> RunSample:
     """One run from `start()` to its terminal event; checks it took the scripted route (model calls, tool)."""
-    from ag_ui.core import EventType
-
     from agent_runtime.engine.memory.messages import UserMessage
     from agent_runtime.engine.runs.models import RunInput
 
     cpu0, loop0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
     started = first_text = None
-    terminal: Any = None
+    terminal: dict[str, Any] | None = None
     model_calls, tool_results = None, 0
-    async for event in handle.events.stream():
+    # The run's stored log: each event is its AG-UI JSON (`data`); the last one is terminal.
+    async for logged in handle.events.stream():
         now = time.perf_counter()
-        if event.type == EventType.RUN_STARTED and started is None:
+        event = json.loads(logged.data)
+        if event["type"] == "RUN_STARTED" and started is None:
             started = now - t0
-        elif event.type == EventType.TEXT_MESSAGE_CONTENT and first_text is None:
+        elif event["type"] == "TEXT_MESSAGE_CONTENT" and first_text is None:
             first_text = now - t0
-        elif event.type == EventType.TOOL_CALL_RESULT:
+        elif event["type"] == "TOOL_CALL_RESULT":
             tool_results += 1
-        elif event.type == EventType.CUSTOM and event.name == "run_cost":
-            model_calls = event.value["modelCalls"]
-        elif event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR):
+        elif event["type"] == "CUSTOM" and event["name"] == "run_cost":
+            model_calls = event["value"]["modelCalls"]
+        elif logged.terminal:
             terminal = event
             break
     end, cpu, loop = time.perf_counter(), time.process_time(), time.thread_time()
-    if terminal is None or terminal.type != EventType.RUN_FINISHED:
+    if terminal is None or terminal["type"] != "RUN_FINISHED":
         raise RuntimeError(f"run did not finish: {terminal!r}")
     if started is None or first_text is None:
         raise RuntimeError("run finished without RUN_STARTED or TEXT_MESSAGE_CONTENT")
@@ -356,9 +357,7 @@ BREAKDOWN_TARGETS = (
         "flush_tool_results",
         "flow > RunRecorder.flush_tool_results",
     ),
-    ("agent_runtime.engine.runs.recorder", "RunRecorder", "completed", "RunRecorder.completed"),
-    ("agent_runtime.engine.sessions.service", "SessionService", "finish_run", "SessionService.finish_run"),
-    ("agent_runtime.engine.runs.service", None, "run_totals", "run_totals"),
+    ("agent_runtime.engine.runs.store", "RunStore", "finish", "RunStore.finish"),
 )
 
 
@@ -530,6 +529,10 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
         deepseek_api_key=API_KEY,
         openai_api_key=None,
         llm_max_retries=0,
+        # One run's cost, not the memory's: no summary call, no per-user quota in the way of the batches.
+        memory_summary=False,
+        max_runs_per_user_per_minute=0,
+        max_sessions_per_user=0,
     )
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
