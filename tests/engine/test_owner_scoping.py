@@ -90,7 +90,7 @@ async def test_another_users_session_reads_as_missing_through_every_method(
     assert await owners_view() == before
     # The AG-UI snapshot read raises no ownership error: it must come back empty, not with the owner's rows.
     owners_rows = await engine.messages.latest_visible(owner.ctx, sid, limit=100)
-    assert [m.content for m in owners_rows] == ["secret?", "secret!"]
+    assert [m.content for m in owners_rows] == ["secret?", "secret!", "run"]
     assert await engine.messages.latest_visible(ctx, sid, limit=100) == []
 
 
