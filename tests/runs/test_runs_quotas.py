@@ -43,6 +43,13 @@ async def test_runs_per_minute_are_limited_and_two_starts_at_the_limit_let_exact
         )
         assert 1 <= int(refused.headers["retry-after"]) <= 60
         assert [m["content"] for m in await h.visible(user, sid)] == ["one", "echo: one", "two", "echo: two"]
+        # Retry-After is when the oldest run of the minute leaves it: both started 30 s ago, so in 30 s.
+        await h.engine.pool.execute(
+            "UPDATE agent_runs SET created_at = now() - interval '30 seconds' WHERE user_id = $1", user.id
+        )
+        later = await h.run(user, sid, "four")
+        error_of(later, 429, "rate_limited")
+        assert 25 <= int(later.headers["retry-after"]) <= 30
 
     async with make_harness(max_runs_per_user_per_minute=1) as h:
         for _ in range(5):  # a race that let both through would show in one of the rounds
@@ -132,3 +139,12 @@ async def test_the_monthly_budget_is_checked_too(
         assert error["message"].startswith("your monthly budget of 0.001 CNY is used up")
         daily = (await capped.client.get("/v1/usage", headers=user.headers)).json()["budgets"][0]
         assert (daily["limit"], daily["remaining"]) == (None, None)  # 0 = no daily limit
+
+        # The month turns: what was spent is last month's, and this month's budget is whole again.
+        await capped.engine.pool.execute(
+            "UPDATE agent_chat_messages SET created_at = date_trunc('month', now(), 'UTC') - interval '1 day'"
+            " WHERE user_id = $1",
+            user.id,
+        )
+        capped.stub.enqueue(intent_direct("a new month"))
+        assert types((await capped.run(user, sid, "again")).events)[-1] == "RUN_FINISHED"

@@ -1,0 +1,62 @@
+"""Leases at the engine level: a lease lasts RUN_LEASE_SECONDS and no longer, and a run the sweep takes over
+ends its event log with RUN_ERROR `run_lost`, so that whoever resumes its stream gets an end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from uuid import uuid4
+
+from tests.conftest import User
+
+from agent_runtime.engine.messages.metadata import UserInputMetadata
+from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.event_store import LOST_RUN_SEQ
+from agent_runtime.engine.runs.store import RunStore
+from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.engine.sessions.models import SessionCreate
+
+
+def _user_turn(text: str = "hi") -> list[NewMessage]:
+    return [NewMessage(role="user", content=text, metadata=UserInputMetadata())]
+
+
+async def test_a_lease_expires_after_run_lease_seconds_and_the_sweep_takes_the_run_over(
+    engine: RuntimeEngine, user: User
+) -> None:
+    # A store of its own with a short lease (settings allow at least 1 s); nothing renews it.
+    short = RunStore(engine.pool, owner=f"test-short-lease-{uuid4().hex[:8]}", lease_seconds=0.5)
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    started = await short.start(user.ctx, session.id, uuid4(), _user_turn())
+    assert started is not None
+    await asyncio.sleep(1.5)  # the database's clock, not ours, decides: 1.5 s is past a 0.5 s lease whatever the load
+
+    lost = [r for r in await short.sweep() if r.session_id == session.id]
+
+    assert [r.run_id for r in lost] == [started.run_id]
+
+
+async def test_a_swept_runs_stream_ends_with_run_lost_for_whoever_resumes_it(engine: RuntimeEngine, user: User) -> None:
+    store = engine.runs.store
+    session = await engine.sessions.create(user.ctx, SessionCreate())
+    started = await store.start(user.ctx, session.id, uuid4(), _user_turn())
+    assert started is not None
+    await engine.pool.execute(
+        "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1", session.id
+    )
+    (lost,) = [r for r in await store.sweep() if r.session_id == session.id]
+
+    async with asyncio.timeout(10):  # a log without an end would be followed forever
+        events = [e async for e in await engine.runs.follow(user.ctx, session.id, started.run_id, after=0)]
+
+    assert [(e.seq, json.loads(e.data), e.terminal) for e in events] == [
+        (
+            LOST_RUN_SEQ,
+            {
+                "type": "RUN_ERROR",
+                "code": "run_lost",
+                "message": f"the run was lost: its server stopped (error_id {lost.error_id})",
+            },
+            True,
+        )
+    ]
