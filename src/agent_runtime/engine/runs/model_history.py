@@ -4,7 +4,8 @@ Stored rows stay as they are (append-only); only the model's view is reshaped, w
 - the turn being answered is the run of user messages at the end of the window (a turn whose run failed got
   no answer, so it is part of the question now): their texts are joined into this turn's request;
 - older consecutive user messages (an unanswered turn followed by an answered one, or the memory's summary
-  of cut turns, a user message of data, followed by the first kept turn) are merged into one;
+  of cut turns, a user message of data, followed by the first kept turn) are merged into one; a summary
+  followed by nothing but the turn itself goes in front of the turn's request;
 - whatever follows the last user message (the tool calls and results of a turn that was waiting for
   approvals or for the client's tool results) is the turn's continuation, handed back to its stage.
 """
@@ -52,4 +53,9 @@ def split_turn(window: Sequence[ChatMessage]) -> ModelTurn:
     while first > 0 and isinstance(window[first - 1], UserMessage) and not _is_summary(window[first - 1]):
         first -= 1
     request = TURN_SEPARATOR.join(m.content for m in window[first : last + 1])
-    return ModelTurn(history=_merge_users(window[:first]), request=request, continuation=list(window[last + 1 :]))
+    history = _merge_users(window[:first])
+    if history and isinstance(history[-1], UserMessage):
+        # Only the summary ends a history as a user message (the window kept nothing but this turn after a cut):
+        # it goes in front of the request, which is a user message too.
+        request = history.pop().content + TURN_SEPARATOR + request
+    return ModelTurn(history=history, request=request, continuation=list(window[last + 1 :]))
