@@ -1,4 +1,9 @@
-"""FastAPI dependencies: the engine and the authenticated caller."""
+"""FastAPI dependencies: the engine and the authenticated caller.
+
+All `async def`, though none awaits: FastAPI runs a plain `def` dependency in anyio's worker threads, two thread
+hops per request that compete for the GIL with the runs' CrewAI threads. Under a burst of 500 requests that made
+even a 429 take 1-2.6 s (scripts/bench/load.py); on the loop it is ~2 ms. The work here is a dict lookup and
+one HS256 verification."""
 
 from __future__ import annotations
 
@@ -17,20 +22,24 @@ MAX_PAGE_LIMIT = 100
 _bearer = HTTPBearer(auto_error=False, description="HS256 JWT whose `sub` is your user UUID (`agent-runtime token`).")
 
 
-def get_engine(request: Request) -> RuntimeEngine:
+async def get_engine(request: Request) -> RuntimeEngine:
     engine: RuntimeEngine = request.app.state.engine
     return engine
 
 
-def get_context(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
-) -> RequestContext:
+def _caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> RequestContext:
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else request.headers.get("authorization")
     engine: RuntimeEngine = request.app.state.engine
     return authenticate(engine.settings, header)
 
 
-def get_stream_context(
+async def get_context(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+) -> RequestContext:
+    return _caller(request, credentials)
+
+
+async def get_stream_context(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
     access_token: Annotated[
@@ -46,10 +55,10 @@ def get_stream_context(
     if credentials is None and request.headers.get("authorization") is None and access_token:
         engine: RuntimeEngine = request.app.state.engine
         return authenticate(engine.settings, f"Bearer {access_token}")
-    return get_context(request, credentials)
+    return _caller(request, credentials)
 
 
-def get_page(
+async def get_page(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_LIMIT, description="Page size (1-100).")] = DEFAULT_LIMIT,
     offset: Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")] = 0,
 ) -> PageParams:
