@@ -1,0 +1,397 @@
+"""Shared parts of the load benchmarks (load.py, event_log.py): processes, sessions, one AG-UI run over SSE,
+process CPU and RSS from /proc, the server's event-loop lag histogram, percentiles.
+
+Adapted from the peer's `loadgen.py` (../shared/bench/peer-pydantic-ai/): the same run checks (RUN_FINISHED
+last, no RUN_ERROR, one TOOL_CALL_RESULT on a full run, a first answer token) and the same 16-message history
+for the peer, the one our memory window holds after four full turns (load.py warms our sessions to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import asyncpg
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_SECRET = "bench-secret-for-agent-runtime-0123456789abcdef"
+ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+CLK = os.sysconf("SC_CLK_TCK")
+FULL_TEXT = "[bench:full] what is 12*7?"
+ANSWER = "12 × 7 = 84. Anything else you want to work out?"
+TOOL_RESULT = '{"expression":"12*7","result":"84"}'
+# Our per-user quotas are off (0 = no limit) so that the benchmark measures the run path, not the quotas: each
+# session belongs to its own user anyway, but a closed loop starts more than 20 runs a minute on one session.
+OURS_ENV = {
+    "LLM_MODEL": "deepseek/deepseek-chat",
+    "DEEPSEEK_API_KEY": "sk-perf",
+    "JWT_SECRET": BENCH_SECRET,
+    "MAX_RUNS_PER_USER_PER_MINUTE": "0",
+    "USER_DAILY_BUDGET_CNY": "0",
+    "USER_MONTHLY_BUDGET_CNY": "0",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+}
+
+
+def text_for(latency: float) -> str:
+    """A full-route question; the load stub reads the model latency from the marker."""
+    return f"{FULL_TEXT} [lat={latency}]"
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def proc_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as fh:
+        return " ".join(fh.read().split()[:3])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (p99 of 100 values is the 99th smallest)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+@dataclass
+class Server:
+    name: str
+    base: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    app_name: str = ""  # our PostgreSQL application_name, to find the server's database backends
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(60)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int) -> Server:
+    log_path = workdir / f"{name}.log"
+    with log_path.open("wb") as log:
+        popen = subprocess.Popen(argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+    return Server(name, f"http://127.0.0.1:{port}", popen, log_path)
+
+
+async def wait_ready(server: Server, path: str, *, warm: bool = False, within: float = 180) -> None:
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() < deadline:
+            if server.popen.poll() is not None:
+                raise SystemExit(f"{server.name} exited:\n{server.log_path.read_text()[-3000:]}")
+            try:
+                async with http.get(server.base + path) as r:
+                    if r.status == 200 and (not warm or (await r.json()).get("warm")):
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit(f"{server.name} not ready in {within} s:\n{server.log_path.read_text()[-3000:]}")
+
+
+async def start_stub(workdir: Path) -> Server:
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "scripts/bench/load_stub.py"), "--port", str(port)]
+    stub = _launch("stub", argv, dict(os.environ), workdir, port)
+    for _ in range(300):
+        if "stub ready" in stub.log_path.read_text():
+            return stub
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"stub did not start:\n{stub.log_path.read_text()}")
+
+
+async def start_ours(name: str, database_url: str, stub: Server, workdir: Path, env: dict[str, str]) -> Server:
+    """`agent-runtime serve` as a deployment runs it (the CLI, uvicorn in-process), cwd outside the checkout so no
+    `.env` applies; ready once its background CrewAI/LiteLLM import is done."""
+    port = free_port()
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "DEEPSEEK", "OPENAI", "MAX_"))}
+    full_env.update(OURS_ENV, LLM_API_BASE=stub.base, PORT=str(port), DATA_DIR=str(workdir / f"data-{name}"))
+    full_env["DATABASE_URL"] = f"{database_url}?application_name={name}"
+    full_env.update(env)
+    argv = [sys.executable, "-m", "agent_runtime.cli", "serve"]
+    server = _launch(name, argv, full_env, workdir, port)
+    server.app_name = name
+    await wait_ready(server, "/health/ready", warm=True)
+    return server
+
+
+async def start_peer(peer_dir: Path, venv: Path, stub: Server, workdir: Path) -> Server:
+    """The peer as its README starts it: uvicorn in a scratch venv, the app from the peer's directory."""
+    port = free_port()
+    env = {**os.environ, "STUB_URL": stub.base}
+    argv = [str(venv / "bin/uvicorn"), "peer_app:app", "--app-dir", str(peer_dir), "--port", str(port)]
+    server = _launch("peer", argv, env, workdir, port)
+    await wait_ready(server, "/health")
+    return server
+
+
+async def create_database() -> str:
+    name = f"agent_runtime_bench_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+
+
+async def drop_database(url: str) -> None:
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def db_backend_cpu(server: Server) -> float:
+    """CPU seconds of the PostgreSQL backends serving `server` (its application_name), those alive now."""
+    if not server.app_name:
+        return 0.0
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        pids = [
+            r["pid"]
+            for r in await conn.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = $1", server.app_name)
+        ]
+    finally:
+        await conn.close()
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            total += proc_cpu(pid)
+    return total
+
+
+@dataclass
+class CpuMeter:
+    """Server CPU (and its database backends') over a phase."""
+
+    server: Server
+    cpu0: float = 0.0
+    db0: float = 0.0
+
+    async def start(self) -> None:
+        self.cpu0, self.db0 = proc_cpu(self.server.pid), await db_backend_cpu(self.server)
+
+    async def stop(self) -> tuple[float, float]:
+        return proc_cpu(self.server.pid) - self.cpu0, await db_backend_cpu(self.server) - self.db0
+
+
+@dataclass
+class Session:
+    id: str
+    token: str = ""
+
+
+@dataclass
+class Run:
+    status: int  # HTTP status
+    ok: bool
+    wall: float
+    ttfe: float = -1.0  # first SSE event
+    ttft: float = -1.0  # first answer token (TEXT_MESSAGE_CONTENT)
+    error: str = ""
+    last_seq_id: str = ""  # our `id:` of the last frame seen
+    run_id: str = ""
+
+
+def peer_history() -> list[dict[str, Any]]:
+    """Four full turns (16 messages): what our memory window holds after four warm-up runs of a session."""
+    msgs: list[dict[str, Any]] = []
+    for i in range(4):
+        cid = f"call_{i:024d}"
+        call = {
+            "id": cid,
+            "type": "function",
+            "function": {"name": "calculator", "arguments": '{"expression": "12*7"}'},
+        }
+        msgs += [
+            {"id": f"h{i}u", "role": "user", "content": text_for(0.0)},
+            {"id": f"h{i}a", "role": "assistant", "toolCalls": [call]},
+            {"id": f"h{i}t", "role": "tool", "content": TOOL_RESULT, "toolCallId": cid},
+            {"id": f"h{i}b", "role": "assistant", "content": ANSWER},
+        ]
+    return msgs
+
+
+@dataclass
+class Target:
+    name: str
+    server: Server
+    peer: bool = False
+    sessions: list[Session] = field(default_factory=list)
+
+    async def ensure_sessions(self, http: aiohttp.ClientSession, n: int) -> list[Session]:
+        """n sessions, each its own user (ours); the peer has no sessions: thread ids."""
+        from datetime import timedelta
+
+        from agent_runtime.engine.auth import mint_token
+        from agent_runtime.settings import Settings
+
+        settings = Settings(_env_file=None, jwt_secret=BENCH_SECRET)  # type: ignore[call-arg]
+        while len(self.sessions) < n:
+            if self.peer:
+                self.sessions.append(Session(str(uuid.uuid4())))
+                continue
+            token = mint_token(settings, uuid.uuid4(), ttl=timedelta(hours=12))
+            async with http.post(f"{self.server.base}/v1/sessions", headers=_auth(token), json={}) as r:
+                self.sessions.append(Session((await r.json())["id"], token))
+        return self.sessions[:n]
+
+    async def run(self, http: aiohttp.ClientSession, session: Session, text: str) -> Run:
+        if self.peer:
+            msgs = [*peer_history(), {"id": uuid.uuid4().hex, "role": "user", "content": text}]
+            body: dict[str, Any] = {
+                "threadId": session.id,
+                "runId": str(uuid.uuid4()),
+                "state": {},
+                "messages": msgs,
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+            }
+            url, headers = f"{self.server.base}/agui", {"accept": "text/event-stream"}
+        else:
+            url, headers = f"{self.server.base}/v1/sessions/{session.id}/runs", _auth(session.token)
+            body = {"message": text}
+        return await read_stream(http.post(url, headers=headers, json=body), full=True)
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass
+class _Frames:
+    """What a stream's frames said so far."""
+
+    run: Run
+    full: bool
+    tools: int = 0
+    answer_step: bool = False
+    finished: bool = False
+
+    def feed(self, raw: bytes, now: float) -> bool:
+        """Takes one `data:` line; True when the stream failed (RUN_ERROR)."""
+        run = self.run
+        if run.ttfe < 0:
+            run.ttfe = now
+        if b'"type":"TEXT_MESSAGE_CONTENT"' in raw:
+            if run.ttft < 0 and (self.answer_step or not self.full):
+                run.ttft = now
+        elif b'"type":"RUN_STARTED"' in raw:
+            run.run_id = json.loads(raw[5:])["runId"]
+        elif b'"type":"STEP_STARTED"' in raw and b'"organization"' in raw:
+            self.answer_step = True
+        elif b'"type":"TOOL_CALL_RESULT"' in raw:
+            self.tools += 1
+        elif b'"type":"RUN_ERROR"' in raw:
+            run.wall, run.error = now, raw.decode()[:300]
+            return True
+        elif b'"type":"RUN_FINISHED"' in raw:
+            self.finished = True
+        return False
+
+    def check(self) -> None:
+        run = self.run
+        if not self.finished or self.tools != (1 if self.full else 0) or run.ttft < 0:
+            run.error = f"bad run: finished={self.finished} tools={self.tools} ttft={run.ttft}"
+        else:
+            run.ok = True
+
+
+async def read_stream(request: Any, *, full: bool, first_only: bool = False) -> Run:
+    """One AG-UI stream, checked; `first_only` returns at the first frame (resume latency)."""
+    t0 = time.perf_counter()
+    frames = _Frames(Run(0, False, 0.0), full)
+    run = frames.run
+    try:
+        async with request as r:
+            run.status = r.status
+            if r.status != 200:
+                run.wall, run.error = time.perf_counter() - t0, f"HTTP {r.status}: {(await r.text())[:200]}"
+                return run
+            async for raw in r.content:
+                if raw.startswith(b"id:"):
+                    run.last_seq_id = raw[3:].strip().decode()
+                elif raw.startswith(b"data:"):
+                    if frames.feed(raw, time.perf_counter() - t0):
+                        return run
+                    if first_only:
+                        run.ok, run.wall = True, run.ttfe
+                        return run
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        run.wall, run.error = time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
+        return run
+    run.wall = time.perf_counter() - t0
+    frames.check()
+    return run
+
+
+async def lag_histogram(server: Server) -> dict[float, float]:
+    """Our `agent_runtime_event_loop_lag_seconds` buckets (cumulative counts by upper bound; inf = count)."""
+    buckets: dict[float, float] = {}
+    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets[float(le)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def lag_p99(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
+    """p99 of the samples taken between two scrapes, as the upper bound of its bucket, and the sample count."""
+    delta = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = delta.get(float("inf"), 0.0)
+    for le, count in delta.items():
+        if count >= 0.99 * total:
+            return le, int(total)
+    return float("nan"), int(total)
+
+
+def connector() -> aiohttp.TCPConnector:
+    # keep-alive shorter than uvicorn's 5 s, so the client never reuses a connection the server is closing
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=3)
+
+
+def client(timeout: float = 180) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(connector=connector(), timeout=aiohttp.ClientTimeout(total=timeout))
