@@ -139,16 +139,17 @@ async def start_stub(workdir: Path) -> Server:
     raise SystemExit(f"stub did not start:\n{stub.log_path.read_text()}")
 
 
-async def start_ours(name: str, database_url: str, stub: Server, workdir: Path, env: dict[str, str]) -> Server:
-    """`agent-runtime serve` as a deployment runs it (the CLI, uvicorn in-process), cwd outside the checkout so no
-    `.env` applies; ready once its background CrewAI/LiteLLM import is done."""
+async def start_ours(
+    name: str, database_url: str, stub: Server, workdir: Path, env: dict[str, str], argv: list[str] | None = None
+) -> Server:
+    """`agent-runtime serve` as a deployment runs it (the CLI, uvicorn in-process; `argv` replaces the CLI), cwd
+    outside the checkout so no `.env` applies; ready once its background CrewAI/LiteLLM import is done."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "DEEPSEEK", "OPENAI", "MAX_"))}
     full_env.update(OURS_ENV, LLM_API_BASE=stub.base, PORT=str(port), DATA_DIR=str(workdir / f"data-{name}"))
     full_env["DATABASE_URL"] = f"{database_url}?application_name={name}"
     full_env.update(env)
-    argv = [sys.executable, "-m", "agent_runtime.cli", "serve"]
-    server = _launch(name, argv, full_env, workdir, port)
+    server = _launch(name, argv or [sys.executable, "-m", "agent_runtime.cli", "serve"], full_env, workdir, port)
     server.app_name = name
     await wait_ready(server, "/health/ready", warm=True)
     return server
@@ -232,6 +233,7 @@ class Run:
     error: str = ""
     last_seq_id: str = ""  # our `id:` of the last frame seen
     run_id: str = ""
+    session_id: str = ""
 
 
 def peer_history() -> list[dict[str, Any]]:
@@ -293,7 +295,9 @@ class Target:
         else:
             url, headers = f"{self.server.base}/v1/sessions/{session.id}/runs", _auth(session.token)
             body = {"message": text}
-        return await read_stream(http.post(url, headers=headers, json=body), full=True)
+        run = await read_stream(http.post(url, headers=headers, json=body), full=True)
+        run.session_id = session.id
+        return run
 
 
 def _auth(token: str) -> dict[str, str]:
