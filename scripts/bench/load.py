@@ -31,6 +31,7 @@ from pathlib import Path
 import aiohttp
 from load_kit import (
     CpuMeter,
+    CpuUse,
     Run,
     Server,
     Session,
@@ -56,11 +57,8 @@ PEER_VENV = Path(__file__).resolve().parents[2] / ".bench/peer"
 @dataclass
 class Loop:
     runs: list[Run]
-    in_window: int
-    seconds: float
     elapsed: float
-    cpu: float
-    db_cpu: float
+    cpu: CpuUse
     lag_p99: float = float("nan")
     lag_samples: int = 0
 
@@ -70,17 +68,30 @@ class Loop:
 
     @property
     def per_second(self) -> float:
-        return self.in_window / self.seconds
+        """Completed runs over the whole time, stragglers included (a closed loop's clients end together)."""
+        return len(self.ok) / self.elapsed
+
+    def _per_run(self, seconds: float) -> float:
+        return 1000 * seconds / max(1, len(self.ok))
 
     def cpu_ms(self) -> float:
-        return 1000 * self.cpu / max(1, len(self.ok))
+        return self._per_run(self.cpu.server)
 
     def db_ms(self) -> float:
-        return 1000 * self.db_cpu / max(1, len(self.ok))
+        return self._per_run(self.cpu.db)
+
+    def side_ms(self) -> str:
+        """This load generator's and the stub's CPU per run."""
+        return f"{self._per_run(self.cpu.client):.0f} / {self._per_run(self.cpu.stub):.0f}"
+
+    @property
+    def cores(self) -> float:
+        """The server's CPU over the wall time: how much of a core it got (2 shared cores)."""
+        return self.cpu.server / self.elapsed
 
 
 async def _measured(target: Target) -> tuple[CpuMeter, dict[float, float]]:
-    meter = CpuMeter(target.server)
+    meter = CpuMeter(target.server, target.stub)
     await meter.start()
     return meter, ({} if target.peer else await lag_histogram(target.server))
 
@@ -92,23 +103,19 @@ async def closed_loop(
     meter, lag0 = await _measured(target)
     text = text_for(latency)
     runs: list[Run] = []
-    in_window = 0
     t0 = time.monotonic()
     stop_at = t0 + seconds
 
     async def client_loop(session: Session) -> None:
-        nonlocal in_window
         while time.monotonic() < stop_at:
             run = await target.run(http, session, text)
             runs.append(run)
-            in_window += run.ok and time.monotonic() <= stop_at
             if not run.ok:
                 await asyncio.sleep(0.05)
 
     await asyncio.gather(*(client_loop(s) for s in sessions))
     elapsed = time.monotonic() - t0
-    cpu, db_cpu = await meter.stop()
-    loop = Loop(runs, in_window, seconds, elapsed, cpu, db_cpu)
+    loop = Loop(runs, elapsed, await meter.stop())
     if not target.peer:
         loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
     return loop
@@ -121,8 +128,7 @@ async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Sessi
     t0 = time.monotonic()
     runs = await asyncio.gather(*(target.run(http, s, text) for s in sessions))
     elapsed = time.monotonic() - t0
-    cpu, db_cpu = await meter.stop()
-    loop = Loop(list(runs), sum(r.ok for r in runs), elapsed, elapsed, cpu, db_cpu)
+    loop = Loop(list(runs), elapsed, await meter.stop())
     if not target.peer:
         loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
     return loop
@@ -144,8 +150,11 @@ def _ratio(ours: float, peer: float) -> str:
 async def phase_saturation(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
     print(f"\n### Saturation, {args.clients} closed-loop clients, zero model latency, {args.seconds:g} s per round")
     print(f"load average before: {loadavg()}\n")
-    print("| round | target | runs/s | completed | p50 / p99 run (ms) | CPU ms / run | DB CPU ms / run | failed |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| round | target | runs/s | completed | p50 / p99 run (ms) | CPU ms / run | DB CPU ms / run | "
+        "client / stub CPU ms / run | server cores | failed |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     results: dict[str, list[Loop]] = {t.name: [] for t in targets}
     for round_no in range(1, args.rounds + 1):
         for target in targets:
@@ -155,7 +164,8 @@ async def phase_saturation(http: aiohttp.ClientSession, targets: list[Target], a
             walls = [r.wall for r in loop.ok]
             print(
                 f"| {round_no} | {target.name} | {loop.per_second:.2f} | {len(loop.ok)} | {_ms(pct(walls, 0.5))} / "
-                f"{_ms(pct(walls, 0.99))} | {loop.cpu_ms():.0f} | {loop.db_ms():.0f} | {_failures(loop.runs)} |"
+                f"{_ms(pct(walls, 0.99))} | {loop.cpu_ms():.0f} | {loop.db_ms():.0f} | {loop.side_ms()} | "
+                f"{loop.cores:.2f} | {_failures(loop.runs)} |"
             )
     if len(targets) == 2:
         ours, peer = (results[t.name] for t in targets)
@@ -175,9 +185,9 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
     print(f"load average before: {loadavg()}\n")
     print(
         "| runs | target | completed | wall (s) | run p50 / p99 (s) | first event p50 / p99 (ms) | "
-        "first token p50 / p99 (s) | CPU ms / run | loop lag p99 (samples) | failed |"
+        "first token p50 / p99 (s) | CPU ms / run | server cores | loop lag p99 (samples) | failed |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.waves:
         walls: dict[str, float] = {}
         for target in targets:
@@ -190,11 +200,11 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
             print(
                 f"| {n} | {target.name} | {len(ok)}/{n} | {loop.elapsed:.1f} | {pct(run_t, 0.5):.2f} / "
                 f"{pct(run_t, 0.99):.2f} | {_ms(pct(ttfe, 0.5))} / {_ms(pct(ttfe, 0.99))} | {pct(ttft, 0.5):.2f} / "
-                f"{pct(ttft, 0.99):.2f} | {loop.cpu_ms():.0f} | {lag} | {_failures(loop.runs)} |"
+                f"{pct(ttft, 0.99):.2f} | {loop.cpu_ms():.0f} | {loop.cores:.2f} | {lag} | {_failures(loop.runs)} |"
             )
         if len(walls) == 2:
             ours, peer = walls.values()
-            print(f"| {n} | ours / peer wall | | {_ratio(ours, peer)} | | | | | | |")
+            print(f"| {n} | ours / peer wall | | {_ratio(ours, peer)} | | | | | | | |")
     print(f"\nload average after: {loadavg()}")
 
 
@@ -203,9 +213,9 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
     print(f"load average before: {loadavg()}\n")
     print(
         "| in flight | model latency | runs/s | run p50 / p99 (s) | first token p99 (s) | loop lag p99 (samples) | "
-        "CPU ms / run | failed |"
+        "CPU ms / run | server cores | failed |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for latency in (0.0, args.latency):
         for clients in args.sweep:
             sessions = await ours.ensure_sessions(http, clients)
@@ -214,7 +224,7 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
             print(
                 f"| {clients} | {latency:g} s | {loop.per_second:.2f} | {pct(run_t, 0.5):.2f} / "
                 f"{pct(run_t, 0.99):.2f} | {pct(ttft, 0.99):.2f} | {_ms(loop.lag_p99)} ms ({loop.lag_samples}) | "
-                f"{loop.cpu_ms():.0f} | {_failures(loop.runs)} |"
+                f"{loop.cpu_ms():.0f} | {loop.cores:.2f} | {_failures(loop.runs)} |"
             )
     print(f"\nload average after: {loadavg()}")
 
@@ -242,13 +252,13 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
 
 
 async def warm_up(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
-    """Each of our sessions gets --warm-turns runs (their memory window fills like the peer's history); the peer
-    gets as many runs."""
+    """Each of our sessions gets --warm-turns runs (their memory window fills like the peer's history); the peer,
+    whose history is sent by the client, one round of --clients runs (its process warms up)."""
     sessions_needed = max([*args.waves, *args.sweep, args.clients])
     print(f"warm-up: {sessions_needed} sessions x {args.warm_turns} runs, load average {loadavg()}", flush=True)
     for target in targets:
-        sessions = await target.ensure_sessions(http, sessions_needed)
-        for _ in range(args.warm_turns):
+        sessions = await target.ensure_sessions(http, args.clients if target.peer else sessions_needed)
+        for _ in range(1 if target.peer else args.warm_turns):
             semaphore = asyncio.Semaphore(args.clients)
 
             async def one(session: Session, target: Target = target, semaphore: asyncio.Semaphore = semaphore) -> Run:
@@ -272,34 +282,35 @@ async def main(args: argparse.Namespace) -> None:
         stub = await start_stub(workdir)
         servers.append(stub)
         high = {"MAX_CONCURRENT_RUNS": str(args.high_limit)}
-        ours = Target("ours", await start_ours("ours_high", database_url, stub, workdir, high))
+        ours = Target("ours", await start_ours("ours_high", database_url, stub, workdir, high), stub=stub)
         servers.append(ours.server)
         targets = [ours]
         if not args.no_peer:
-            targets.append(Target("peer", await start_peer(args.peer_dir, args.peer_venv, stub, workdir), peer=True))
+            peer = await start_peer(args.peer_dir, args.peer_venv, stub, workdir)
+            targets.append(Target("peer", peer, peer=True, stub=stub))
             servers.append(targets[1].server)
         print(f"servers ready; logs in {workdir}; cores: 2 shared; load average {loadavg()}")
         rss_start = _rss(targets)
         async with client() as http:
             await warm_up(http, targets, args)
             rss_warm = _rss(targets)
-            runs0 = await _runs_finished(ours)
+            runs0 = {t.name: t.completed for t in targets}
             await phase_saturation(http, targets, args)
             await phase_waves(http, targets, args)
             if args.sweep:
                 await phase_in_flight(http, ours, args)
-            runs1 = await _runs_finished(ours)
             rss_end = _rss(targets)
             print("\n### RSS (MB): at start / after warm-up / at the end; growth per 100 runs after warm-up")
             for t in targets:
-                per100 = (rss_end[t.name] - rss_warm[t.name]) / max(1, runs1 - runs0) * 100
+                runs = t.completed - runs0[t.name]
+                per100 = (rss_end[t.name] - rss_warm[t.name]) / max(1, runs) * 100
                 print(
                     f"- {t.name}: {rss_start[t.name]:.0f} / {rss_warm[t.name]:.0f} / {rss_end[t.name]:.0f}; "
-                    f"{per100:+.2f} MB per 100 runs ({runs1 - runs0} runs{', ours counted' if t.peer else ''})"
+                    f"{per100:+.2f} MB per 100 runs ({runs} runs)"
                 )
             if args.burst:
                 ours.server.stop()
-                default = Target("ours", await start_ours("ours_default", database_url, stub, workdir, {}))
+                default = Target("ours", await start_ours("ours_default", database_url, stub, workdir, {}), stub=stub)
                 servers.append(default.server)
                 default.sessions = ours.sessions
                 await phase_burst(http, [default, *targets[1:]], args)
@@ -309,18 +320,6 @@ async def main(args: argparse.Namespace) -> None:
         await drop_database(database_url)
         if not args.keep_logs:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-async def _runs_finished(ours: Target) -> int:
-    async with aiohttp.ClientSession() as http, http.get(ours.server.base + "/metrics") as r:
-        text = await r.text()
-    return int(
-        sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("agent_runtime_runs_finished_total{")
-        )
-    )
 
 
 def _ints(value: str) -> list[int]:

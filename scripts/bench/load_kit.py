@@ -108,7 +108,11 @@ class Server:
 def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int) -> Server:
     log_path = workdir / f"{name}.log"
     with log_path.open("wb") as log:
-        popen = subprocess.Popen(argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
+        # A session of its own: with the kernel's autogroup scheduling each server then competes with the other
+        # agents' processes as one group, whatever its thread count (ours has dozens, the peer one busy thread).
+        popen = subprocess.Popen(
+            argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return Server(name, f"http://127.0.0.1:{port}", popen, log_path)
 
 
@@ -203,18 +207,32 @@ async def db_backend_cpu(server: Server) -> float:
 
 
 @dataclass
-class CpuMeter:
-    """Server CPU (and its database backends') over a phase."""
+class CpuUse:
+    """CPU seconds over a phase: the server, its PostgreSQL backends, this load generator, the stub."""
 
+    server: float
+    db: float
+    client: float
+    stub: float
+
+
+@dataclass
+class CpuMeter:
     server: Server
-    cpu0: float = 0.0
-    db0: float = 0.0
+    stub: Server | None = None
+    _start: CpuUse | None = None
+
+    async def _read(self) -> CpuUse:
+        stub = proc_cpu(self.stub.pid) if self.stub else 0.0
+        return CpuUse(proc_cpu(self.server.pid), await db_backend_cpu(self.server), time.process_time(), stub)
 
     async def start(self) -> None:
-        self.cpu0, self.db0 = proc_cpu(self.server.pid), await db_backend_cpu(self.server)
+        self._start = await self._read()
 
-    async def stop(self) -> tuple[float, float]:
-        return proc_cpu(self.server.pid) - self.cpu0, await db_backend_cpu(self.server) - self.db0
+    async def stop(self) -> CpuUse:
+        end, start = await self._read(), self._start
+        assert start is not None
+        return CpuUse(end.server - start.server, end.db - start.db, end.client - start.client, end.stub - start.stub)
 
 
 @dataclass
@@ -261,6 +279,8 @@ class Target:
     server: Server
     peer: bool = False
     sessions: list[Session] = field(default_factory=list)
+    stub: Server | None = None  # its CPU is counted with the target's
+    completed: int = 0  # runs that passed every check
 
     async def ensure_sessions(self, http: aiohttp.ClientSession, n: int) -> list[Session]:
         """n sessions, each its own user (ours); the peer has no sessions: thread ids."""
@@ -297,6 +317,7 @@ class Target:
             body = {"message": text}
         run = await read_stream(http.post(url, headers=headers, json=body), full=True)
         run.session_id = session.id
+        self.completed += run.ok
         return run
 
 
