@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import tempfile
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import load_kit
 from load_kit import (
     CpuMeter,
     CpuUse,
@@ -233,22 +235,73 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
     print(f"\n### {args.burst} concurrent runs at {args.latency:g} s per call, default MAX_CONCURRENT_RUNS (ours)")
     print(f"load average before: {loadavg()}\n")
     print(
-        "| target | completed | 429 | other failures | 429 latency p50 / p99 / max (ms) | completed runs' wall "
-        "p50 / p99 (s) | wall (s) |"
+        "| target | completed | 429 | other failures | 429 latency p50 / p99 / max (ms) | 429 server-side p50 / p99 "
+        "(ms) | completed runs' wall p50 / p99 (s) | wall (s) |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
+    steady: list[float] = []
     for target in targets:
-        sessions = await target.ensure_sessions(http, args.burst)
-        loop = await wave(http, target, sessions, args.latency)
+        sessions = await target.ensure_sessions(http, args.burst + (0 if target.peer else 100))
+        burst = asyncio.create_task(wave(http, target, sessions[: args.burst], args.latency))
+        if not target.peer:
+            # Once the burst is dealt with, while the admitted runs still run: 100 requests one after another,
+            # the refusal's own latency when requests arrive steadily rather than all at once.
+            await asyncio.sleep(4)
+            for session in sessions[args.burst :]:
+                run = await target.run(http, session, text_for(args.latency))
+                if run.status == 429:
+                    steady.append(run.wall)
+                if burst.done():
+                    break
+        loop = await burst
         refused = [r.wall for r in loop.runs if r.status == 429]
         other = [r for r in loop.runs if not r.ok and r.status != 429]
         done = [r.wall for r in loop.ok]
         refusal = f"{_ms(pct(refused, 0.5))} / {_ms(pct(refused, 0.99))} / {_ms(max(refused))}" if refused else "-"
+        inside = _refusal_durations(target.server) if refused else []
+        server_side = f"{pct(inside, 0.5):,.0f} / {pct(inside, 0.99):,.0f}" if inside else "-"
         print(
             f"| {target.name} | {len(done)} | {len(refused)} | {len(other)} {_failures(other)} | {refusal} | "
+            f"{server_side} | "
             f"{pct(done, 0.5):.2f} / {pct(done, 0.99):.2f} | {loop.elapsed:.1f} |"
         )
+    if steady:
+        print(
+            f"\nours, 100 requests one at a time while full (4 s after the burst): 429 latency p50 / p99 / max "
+            f"{_ms(pct(steady, 0.5))} / {_ms(pct(steady, 0.99))} / {_ms(max(steady))} ms"
+        )
     print(f"\nload average after: {loadavg()}")
+
+
+async def phase_soak(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
+    """RSS while --soak runs go through --clients closed-loop clients at zero latency, sampled every fifth."""
+    print(f"\n### RSS over {args.soak} runs after the warm-up ({args.clients} clients, zero latency), MB")
+    print(f"load average before: {loadavg()}\n")
+    step = args.soak // 5
+    for target in targets:
+        sessions = await target.ensure_sessions(http, args.clients)
+        samples = [proc_rss_mb(target.server.pid)]
+        for _ in range(5):
+            goal = target.completed + step
+            while target.completed < goal:
+                await asyncio.gather(*(target.run(http, s, text_for(0.0)) for s in sessions))
+            samples.append(proc_rss_mb(target.server.pid))
+        growth = (samples[-1] - samples[1]) / (4 * step) * 100
+        print(
+            f"- {target.name}: {' / '.join(f'{v:.1f}' for v in samples)}; after the first {step} runs "
+            f"{growth:+.2f} MB per 100 runs"
+        )
+    print(f"load average after: {loadavg()}")
+
+
+def _refusal_durations(server: Server) -> list[float]:
+    """Our access log's `duration_ms` of each 429: from the request entering the app to its response (without
+    the time a request waited to be accepted and parsed)."""
+    durations = []
+    for line in server.log_path.read_text().splitlines():
+        if '"status": 429' in line:
+            durations.append(float(json.loads(line)["duration_ms"]))
+    return durations
 
 
 async def warm_up(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
@@ -275,6 +328,7 @@ def _rss(targets: list[Target]) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    load_kit.PIN = args.pin
     workdir = Path(tempfile.mkdtemp(prefix="agent-runtime-load-"))
     database_url = await create_database()
     servers: list[Server] = []
@@ -296,7 +350,8 @@ async def main(args: argparse.Namespace) -> None:
             rss_warm = _rss(targets)
             runs0 = {t.name: t.completed for t in targets}
             await phase_saturation(http, targets, args)
-            await phase_waves(http, targets, args)
+            if args.waves:
+                await phase_waves(http, targets, args)
             if args.sweep:
                 await phase_in_flight(http, ours, args)
             rss_end = _rss(targets)
@@ -308,6 +363,8 @@ async def main(args: argparse.Namespace) -> None:
                     f"- {t.name}: {rss_start[t.name]:.0f} / {rss_warm[t.name]:.0f} / {rss_end[t.name]:.0f}; "
                     f"{per100:+.2f} MB per 100 runs ({runs} runs)"
                 )
+            if args.soak:
+                await phase_soak(http, targets, args)
             if args.burst:
                 ours.server.stop()
                 default = Target("ours", await start_ours("ours_default", database_url, stub, workdir, {}), stub=stub)
@@ -339,6 +396,8 @@ if __name__ == "__main__":
     parser.add_argument("--high-limit", type=int, default=256, help="our MAX_CONCURRENT_RUNS for the waves")
     parser.add_argument("--peer-dir", type=Path, default=PEER_DIR)
     parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
+    parser.add_argument("--soak", type=int, default=0, help="runs for the RSS soak after the other phases (0: skip)")
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--pin", help="run each server under `taskset -c PIN` (e.g. 1: one core, the same for both)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     asyncio.run(main(parser.parse_args()))

@@ -105,8 +105,14 @@ class Server:
                 self.popen.wait()
 
 
-def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int) -> Server:
+# `taskset -c PIN` for the servers under test (not the stub): both then get at most one and the same core.
+PIN: str | None = None
+
+
+def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int, pin: bool = True) -> Server:
     log_path = workdir / f"{name}.log"
+    if PIN is not None and pin:
+        argv = ["taskset", "-c", PIN, *argv]
     with log_path.open("wb") as log:
         # A session of its own: with the kernel's autogroup scheduling each server then competes with the other
         # agents' processes as one group, whatever its thread count (ours has dozens, the peer one busy thread).
@@ -135,7 +141,7 @@ async def wait_ready(server: Server, path: str, *, warm: bool = False, within: f
 async def start_stub(workdir: Path) -> Server:
     port = free_port()
     argv = [sys.executable, str(ROOT / "scripts/bench/load_stub.py"), "--port", str(port)]
-    stub = _launch("stub", argv, dict(os.environ), workdir, port)
+    stub = _launch("stub", argv, dict(os.environ), workdir, port, pin=False)
     for _ in range(300):
         if "stub ready" in stub.log_path.read_text():
             return stub
