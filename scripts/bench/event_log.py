@@ -43,6 +43,7 @@ from load_kit import (
     pct,
     start_ours,
     start_stub,
+    stop_on_sigterm,
     text_for,
 )
 
@@ -259,4 +260,5 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20, help="length of each closed-loop measurement")
     parser.add_argument("--rounds", type=int, default=4, help="CPU rounds (log on and off alternate)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
+    stop_on_sigterm()
     asyncio.run(main(parser.parse_args()))

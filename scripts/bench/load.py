@@ -49,6 +49,7 @@ from load_kit import (
     start_ours,
     start_peer,
     start_stub,
+    stop_on_sigterm,
     text_for,
 )
 
@@ -400,4 +401,5 @@ if __name__ == "__main__":
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--pin", help="run each server under `taskset -c PIN` (e.g. 1: one core, the same for both)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
+    stop_on_sigterm()
     asyncio.run(main(parser.parse_args()))

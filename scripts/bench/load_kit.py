@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,12 +32,15 @@ CLK = os.sysconf("SC_CLK_TCK")
 FULL_TEXT = "[bench:full] what is 12*7?"
 ANSWER = "12 × 7 = 84. Anything else you want to work out?"
 TOOL_RESULT = '{"expression":"12*7","result":"84"}'
+# The chat-memory summary is off (it is on by default with a real model): the stub knows no summary request, and
+# the peer is sent a fixed 16-message history without one; our window then holds 10-20 messages (cache-aware cut).
 # Our per-user quotas are off (0 = no limit) so that the benchmark measures the run path, not the quotas: each
 # session belongs to its own user anyway, but a closed loop starts more than 20 runs a minute on one session.
 OURS_ENV = {
     "LLM_MODEL": "deepseek/deepseek-chat",
     "DEEPSEEK_API_KEY": "sk-perf",
     "JWT_SECRET": BENCH_SECRET,
+    "MEMORY_SUMMARY": "false",
     "MAX_RUNS_PER_USER_PER_MINUTE": "0",
     "USER_DAILY_BUDGET_CNY": "0",
     "USER_MONTHLY_BUDGET_CNY": "0",
@@ -62,6 +66,15 @@ def proc_rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends the benchmark like Ctrl-C, so that its `finally` stops the servers and drops the database."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def loadavg() -> str:
