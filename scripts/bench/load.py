@@ -64,6 +64,7 @@ class Loop:
     cpu: CpuUse
     lag_p99: float = float("nan")
     lag_samples: int = 0
+    pool_waiting: int = 0  # ours: the most database acquires queued at once (waves only)
 
     @property
     def ok(self) -> list[Run]:
@@ -129,12 +130,30 @@ async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Sessi
     meter, lag0 = await _measured(target)
     text = text_for(latency)
     t0 = time.monotonic()
+    peak = [0]
+    waiting = asyncio.create_task(_watch_pool(target, peak))
     runs = await asyncio.gather(*(target.run(http, s, text) for s in sessions))
     elapsed = time.monotonic() - t0
+    waiting.cancel()
     loop = Loop(list(runs), elapsed, await meter.stop())
     if not target.peer:
         loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
+        loop.pool_waiting = peak[0]
     return loop
+
+
+async def _watch_pool(target: Target, peak: list[int]) -> None:
+    """Keeps in `peak[0]` the most acquires our database pool had queued at one reading of its gauge (our
+    sampler sets it every 0.5 s); runs until cancelled."""
+    if target.peer:
+        return
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(target.server.base + "/metrics") as r:
+                for line in (await r.text()).splitlines():
+                    if line.startswith("agent_runtime_db_pool_waiting_requests "):
+                        peak[0] = max(peak[0], int(float(line.split()[1])))
+            await asyncio.sleep(0.5)
 
 
 def _ms(value: float) -> str:
@@ -188,7 +207,7 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
     print(f"load average before: {loadavg()}\n")
     print(
         "| runs | target | completed | wall (s) | run p50 / p99 (s) | first event p50 / p99 (ms) | "
-        "first token p50 / p99 (s) | CPU ms / run | server cores | loop lag p99 (samples) | failed |"
+        "first token p50 / p99 (s) | CPU ms / run | server cores | loop lag p99 (samples); most pool waiters | failed |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.waves:
@@ -199,7 +218,7 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
             ok = loop.ok
             walls[target.name] = loop.elapsed
             run_t, ttfe, ttft = [r.wall for r in ok], [r.ttfe for r in ok], [r.ttft for r in ok]
-            lag = "-" if target.peer else f"{_ms(loop.lag_p99)} ms ({loop.lag_samples})"
+            lag = "-" if target.peer else f"{_ms(loop.lag_p99)} ms ({loop.lag_samples}); {loop.pool_waiting}"
             print(
                 f"| {n} | {target.name} | {len(ok)}/{n} | {loop.elapsed:.1f} | {pct(run_t, 0.5):.2f} / "
                 f"{pct(run_t, 0.99):.2f} | {_ms(pct(ttfe, 0.5))} / {_ms(pct(ttfe, 0.99))} | {pct(ttft, 0.5):.2f} / "
