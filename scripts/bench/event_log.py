@@ -6,7 +6,7 @@ N with the log's database write made a no-op (BENCH_EVENT_LOG=off). One stub (lo
 demo question's full route. Phases:
 
   statements  closed-loop full runs on A (zero model latency): statements per run by kind, log writes per run
-  CPU         A (log) and N (no log) alternate, closed loop at zero latency: CPU ms per run, ours and PostgreSQL's
+  CPU         A (log) and N (no log) at the same time, closed loops at zero latency: CPU ms per run (and PG)
   finished    resume finished runs on B (Last-Event-ID = <run_id>:3): time to the first replayed frame,
               one at a time and --live at once
   live        --live runs in flight on A at --latency per call; after a run's 4th frame its stream is resumed on B
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import asyncpg
 from load import closed_loop
 from load_kit import (
     ROOT,
@@ -65,7 +67,7 @@ def _ms(value: float) -> str:
 
 
 async def phase_statements(
-    http: aiohttp.ClientSession, a: Target, sessions: list[Session], seconds: float
+    http: aiohttp.ClientSession, a: Target, sessions: list[Session], seconds: float, database_url: str
 ) -> list[Run]:
     before = await statement_counts(a.server)
     loop = await closed_loop(http, a, sessions, 0.0, seconds)
@@ -78,6 +80,15 @@ async def phase_statements(
     for kind, value in per_run.items():
         print(f"| {kind} | {value:.2f} |")
     print(f"| **total** | **{sum(per_run.values()):.2f}** |")
+    conn = await asyncpg.connect(database_url)
+    try:
+        size = await conn.fetchrow(
+            "SELECT count(*)::float / count(DISTINCT run_id) AS events,"
+            " sum(length(data))::float / count(DISTINCT run_id) AS bytes FROM agent_run_events"
+        )
+    finally:
+        await conn.close()
+    print(f"\nevents stored per run: {size['events']:.1f}, {size['bytes'] / 1024:.1f} KiB of JSON (all of A's runs)")
     keeper = ", ".join(f"{k} {v}" for k, v in sorted(delta.items()) if k.startswith("keeper")) or "none"
     print(f"\n(left out: the lease keeper's statements, one per interval per process, not per run: {keeper})")
     return loop.ok
@@ -86,22 +97,30 @@ async def phase_statements(
 async def phase_cpu(
     http: aiohttp.ClientSession, on: Target, off: Target, sessions: list[Session], args: argparse.Namespace
 ) -> None:
-    print(f"\n### CPU per full run, event log on (A) and its writes off (N), {len(sessions)} clients, zero latency")
+    """A and N under the same load at the same time (half the clients each, sessions swapped every round), so
+    that the shared machine's ups and downs hit both arms alike."""
+    half = len(sessions) // 2
+    print(f"\n### CPU per full run, event log on (A) and its writes off (N), at the same time, {half} clients each")
     print(f"load average before: {loadavg()}\n")
     print("| round | log | runs/s | CPU ms / run (server) | PostgreSQL backends ms / run | both |")
     print("|---|---|---|---|---|---|")
-    shares: list[str] = []
+    shares: list[float] = []
     for round_no in range(1, args.rounds + 1):
-        both: dict[str, float] = {}
-        for target in (on, off) if round_no % 2 else (off, on):
-            loop = await closed_loop(http, target, sessions, 0.0, args.seconds)
-            both[target.name] = loop.cpu_ms() + loop.db_ms()
+        first, second = (sessions[:half], sessions[half:]) if round_no % 2 else (sessions[half:], sessions[:half])
+        loops = await asyncio.gather(
+            closed_loop(http, on, first, 0.0, args.seconds), closed_loop(http, off, second, 0.0, args.seconds)
+        )
+        both = [loop.cpu_ms() + loop.db_ms() for loop in loops]
+        for target, loop, total in zip((on, off), loops, both, strict=True):
             print(
                 f"| {round_no} | {target.name} | {loop.per_second:.2f} | {loop.cpu_ms():.1f} | {loop.db_ms():.1f} | "
-                f"{both[target.name]:.1f} |"
+                f"{total:.1f} |"
             )
-        shares.append(f"{100 * (both[on.name] - both[off.name]) / both[on.name]:+.1f} %")
-    print(f"\nthe log's share of CPU per run (on - off) / on, per round: {', '.join(shares)}")
+        shares.append(100 * (both[0] - both[1]) / both[0])
+    listed = ", ".join(f"{v:+.1f} %" for v in shares)
+    print(
+        f"\nthe log's share of CPU per run, (A - N) / A, per round: {listed}; median {statistics.median(shares):+.1f} %"
+    )
     print(f"load average after: {loadavg()}")
 
 
@@ -238,7 +257,7 @@ async def main(args: argparse.Namespace) -> None:
             print("warm-up: 5 s of runs on each server", flush=True)
             for target in targets:
                 await closed_loop(http, target, sessions[: args.clients], 0.0, 5)
-            done = await phase_statements(http, a, sessions[: args.clients], args.seconds)
+            done = await phase_statements(http, a, sessions[: args.clients], args.seconds, database_url)
             await phase_cpu(http, a, n, sessions[: args.clients], args)
             by_id = {s.id: s for s in sessions}
             finished = [(by_id[r.session_id], r.run_id) for r in done]
@@ -256,9 +275,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--live", type=int, default=100, help="runs in flight while resuming (and resumes of finished)")
     parser.add_argument("--latency", type=float, default=0.5, help="model latency per call for live runs (s)")
-    parser.add_argument("--clients", type=int, default=16, help="closed-loop clients for statements and CPU")
+    parser.add_argument("--clients", type=int, default=16, help="closed-loop clients (statements; CPU: half per arm)")
     parser.add_argument("--seconds", type=float, default=20, help="length of each closed-loop measurement")
-    parser.add_argument("--rounds", type=int, default=4, help="CPU rounds (log on and off alternate)")
+    parser.add_argument("--rounds", type=int, default=6, help="CPU rounds (both arms at once, sessions swapped)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     stop_on_sigterm()
     asyncio.run(main(parser.parse_args()))

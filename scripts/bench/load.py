@@ -294,7 +294,7 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
 
 
 async def phase_soak(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
-    """RSS while --soak runs go through --clients closed-loop clients at zero latency, sampled every fifth."""
+    """Our RSS while --soak runs go through --clients closed-loop clients at zero latency, sampled every fifth."""
     print(f"\n### RSS over {args.soak} runs after the warm-up ({args.clients} clients, zero latency), MB")
     print(f"load average before: {loadavg()}\n")
     step = args.soak // 5
@@ -384,7 +384,7 @@ async def main(args: argparse.Namespace) -> None:
                     f"{per100:+.2f} MB per 100 runs ({runs} runs)"
                 )
             if args.soak:
-                await phase_soak(http, targets, args)
+                await phase_soak(http, [ours], args)
             if args.burst:
                 ours.server.stop()
                 default = Target("ours", await start_ours("ours_default", database_url, stub, workdir, {}), stub=stub)
