@@ -238,7 +238,7 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
         "CPU ms / run | server cores | failed |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for latency in (0.0, args.latency):
+    for latency in args.sweep_latencies or (0.0, args.latency):
         for clients in args.sweep:
             sessions = await ours.ensure_sessions(http, clients)
             loop = await closed_loop(http, ours, sessions, latency, args.seconds)
@@ -369,7 +369,8 @@ async def main(args: argparse.Namespace) -> None:
             await warm_up(http, targets, args)
             rss_warm = _rss(targets)
             runs0 = {t.name: t.completed for t in targets}
-            await phase_saturation(http, targets, args)
+            if args.rounds:
+                await phase_saturation(http, targets, args)
             if args.waves:
                 await phase_waves(http, targets, args)
             if args.sweep:
@@ -403,6 +404,10 @@ def _ints(value: str) -> list[int]:
     return [int(v) for v in value.split(",") if v]
 
 
+def _floats(value: str) -> list[float]:
+    return [float(v) for v in value.split(",") if v]
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--latency", type=float, default=0.5, help="model latency per call in the waves (s)")
@@ -412,6 +417,7 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20, help="length of each closed-loop measurement")
     parser.add_argument("--rounds", type=int, default=2, help="saturation rounds (ours and peer alternate)")
     parser.add_argument("--sweep", type=_ints, default=[32, 64, 128, 200], help="our in-flight counts ('' skips)")
+    parser.add_argument("--sweep-latencies", type=_floats, help="model latencies of the sweep (default: 0,--latency)")
     parser.add_argument("--warm-turns", type=int, default=4, help="warm-up runs per session (4 = peer's history)")
     parser.add_argument("--high-limit", type=int, default=256, help="our MAX_CONCURRENT_RUNS for the waves")
     parser.add_argument("--peer-dir", type=Path, default=PEER_DIR)
