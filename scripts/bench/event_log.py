@@ -48,18 +48,9 @@ from load_kit import (
     stop_on_sigterm,
     text_for,
 )
+from load_probes import statement_counts
 
 PATCHED = [sys.executable, str(ROOT / "scripts/bench/serve_patched.py"), "serve"]
-
-
-async def statement_counts(server: Server) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith("bench_sql_statements_total{"):
-                kind = line.split('kind="', 1)[1].split('"', 1)[0]
-                counts[kind] = int(float(line.rsplit(" ", 1)[1]))
-    return counts
 
 
 def _ms(value: float) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import tempfile
 import time
@@ -32,8 +31,6 @@ from pathlib import Path
 import aiohttp
 import load_kit
 from load_kit import (
-    CpuMeter,
-    CpuUse,
     Run,
     Server,
     Session,
@@ -41,17 +38,15 @@ from load_kit import (
     client,
     create_database,
     drop_database,
-    lag_histogram,
-    lag_p99,
     loadavg,
     pct,
-    proc_rss_mb,
     start_ours,
     start_peer,
     start_stub,
     stop_on_sigterm,
     text_for,
 )
+from load_probes import CpuMeter, CpuUse, lag_histogram, lag_p99, proc_rss_mb, refusal_durations, watch_pool
 
 PEER_DIR = Path("/work/shared/bench/peer-pydantic-ai")
 PEER_VENV = Path(__file__).resolve().parents[2] / ".bench/peer"
@@ -131,7 +126,7 @@ async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Sessi
     text = text_for(latency)
     t0 = time.monotonic()
     peak = [0]
-    waiting = asyncio.create_task(_watch_pool(target, peak))
+    waiting = asyncio.create_task(watch_pool(target, peak))
     runs = await asyncio.gather(*(target.run(http, s, text) for s in sessions))
     elapsed = time.monotonic() - t0
     waiting.cancel()
@@ -140,20 +135,6 @@ async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Sessi
         loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
         loop.pool_waiting = peak[0]
     return loop
-
-
-async def _watch_pool(target: Target, peak: list[int]) -> None:
-    """Keeps in `peak[0]` the most acquires our database pool had queued at one reading of its gauge (our
-    sampler sets it every 0.5 s); runs until cancelled."""
-    if target.peer:
-        return
-    async with aiohttp.ClientSession() as http:
-        while True:
-            async with http.get(target.server.base + "/metrics") as r:
-                for line in (await r.text()).splitlines():
-                    if line.startswith("agent_runtime_db_pool_waiting_requests "):
-                        peak[0] = max(peak[0], int(float(line.split()[1])))
-            await asyncio.sleep(0.5)
 
 
 def _ms(value: float) -> str:
@@ -278,7 +259,7 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
         other = [r for r in loop.runs if not r.ok and r.status != 429]
         done = [r.wall for r in loop.ok]
         refusal = f"{_ms(pct(refused, 0.5))} / {_ms(pct(refused, 0.99))} / {_ms(max(refused))}" if refused else "-"
-        inside = _refusal_durations(target.server) if refused else []
+        inside = refusal_durations(target.server) if refused else []
         server_side = f"{pct(inside, 0.5):,.0f} / {pct(inside, 0.99):,.0f}" if inside else "-"
         print(
             f"| {target.name} | {len(done)} | {len(refused)} | {len(other)} {_failures(other)} | {refusal} | "
@@ -312,16 +293,6 @@ async def phase_soak(http: aiohttp.ClientSession, targets: list[Target], args: a
             f"{growth:+.2f} MB per 100 runs"
         )
     print(f"load average after: {loadavg()}")
-
-
-def _refusal_durations(server: Server) -> list[float]:
-    """Our access log's `duration_ms` of each 429: from the request entering the app to its response (without
-    the time a request waited to be accepted and parsed)."""
-    durations = []
-    for line in server.log_path.read_text().splitlines():
-        if '"status": 429' in line:
-            durations.append(float(json.loads(line)["duration_ms"]))
-    return durations
 
 
 async def warm_up(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:

@@ -1,5 +1,5 @@
 """Shared parts of the load benchmarks (load.py, event_log.py): processes, sessions, one AG-UI run over SSE,
-process CPU and RSS from /proc, the server's event-loop lag histogram, percentiles.
+percentiles (what is read from the servers while they run is in load_probes.py).
 
 Adapted from the peer's `loadgen.py` (../shared/bench/peer-pydantic-ai/): the same run checks (RUN_FINISHED
 last, no RUN_ERROR, one TOOL_CALL_RESULT on a full run, a first answer token) and the same 16-message history
@@ -9,7 +9,6 @@ for the peer, the one our memory window holds after four full turns (load.py war
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -28,7 +27,6 @@ import asyncpg
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_SECRET = "bench-secret-for-agent-runtime-0123456789abcdef"
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-CLK = os.sysconf("SC_CLK_TCK")
 FULL_TEXT = "[bench:full] what is 12*7?"
 ANSWER = "12 × 7 = 84. Anything else you want to work out?"
 TOOL_RESULT = '{"expression":"12*7","result":"84"}'
@@ -51,21 +49,6 @@ OURS_ENV = {
 def text_for(latency: float) -> str:
     """A full-route question; the load stub reads the model latency from the marker."""
     return f"{FULL_TEXT} [lat={latency}]"
-
-
-def proc_cpu(pid: int) -> float:
-    """utime + stime of a process (all its threads), seconds."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK
-
-
-def proc_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def stop_on_sigterm() -> None:
@@ -206,54 +189,6 @@ async def drop_database(url: str) -> None:
         await conn.close()
 
 
-async def db_backend_cpu(server: Server) -> float:
-    """CPU seconds of the PostgreSQL backends serving `server` (its application_name), those alive now."""
-    if not server.app_name:
-        return 0.0
-    conn = await asyncpg.connect(ADMIN_URL)
-    try:
-        pids = [
-            r["pid"]
-            for r in await conn.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = $1", server.app_name)
-        ]
-    finally:
-        await conn.close()
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):  # ended meanwhile
-            total += proc_cpu(pid)
-    return total
-
-
-@dataclass
-class CpuUse:
-    """CPU seconds over a phase: the server, its PostgreSQL backends, this load generator, the stub."""
-
-    server: float
-    db: float
-    client: float
-    stub: float
-
-
-@dataclass
-class CpuMeter:
-    server: Server
-    stub: Server | None = None
-    _start: CpuUse | None = None
-
-    async def _read(self) -> CpuUse:
-        stub = proc_cpu(self.stub.pid) if self.stub else 0.0
-        return CpuUse(proc_cpu(self.server.pid), await db_backend_cpu(self.server), time.process_time(), stub)
-
-    async def start(self) -> None:
-        self._start = await self._read()
-
-    async def stop(self) -> CpuUse:
-        end, start = await self._read(), self._start
-        assert start is not None
-        return CpuUse(end.server - start.server, end.db - start.db, end.client - start.client, end.stub - start.stub)
-
-
 @dataclass
 class Session:
     id: str
@@ -383,8 +318,8 @@ class _Frames:
             run.ok = True
 
 
-async def read_stream(request: Any, *, full: bool, first_only: bool = False) -> Run:
-    """One AG-UI stream, checked; `first_only` returns at the first frame (resume latency)."""
+async def read_stream(request: Any, *, full: bool) -> Run:
+    """One AG-UI stream, checked."""
     t0 = time.perf_counter()
     frames = _Frames(Run(0, False, 0.0), full)
     run = frames.run
@@ -397,39 +332,14 @@ async def read_stream(request: Any, *, full: bool, first_only: bool = False) -> 
             async for raw in r.content:
                 if raw.startswith(b"id:"):
                     run.last_seq_id = raw[3:].strip().decode()
-                elif raw.startswith(b"data:"):
-                    if frames.feed(raw, time.perf_counter() - t0):
-                        return run
-                    if first_only:
-                        run.ok, run.wall = True, run.ttfe
-                        return run
+                elif raw.startswith(b"data:") and frames.feed(raw, time.perf_counter() - t0):
+                    return run
     except (aiohttp.ClientError, TimeoutError) as exc:
         run.wall, run.error = time.perf_counter() - t0, f"{type(exc).__name__}: {exc}"
         return run
     run.wall = time.perf_counter() - t0
     frames.check()
     return run
-
-
-async def lag_histogram(server: Server) -> dict[float, float]:
-    """Our `agent_runtime_event_loop_lag_seconds` buckets (cumulative counts by upper bound; inf = count)."""
-    buckets: dict[float, float] = {}
-    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
-                le = line.split('le="', 1)[1].split('"', 1)[0]
-                buckets[float(le)] = float(line.rsplit(" ", 1)[1])
-    return buckets
-
-
-def lag_p99(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
-    """p99 of the samples taken between two scrapes, as the upper bound of its bucket, and the sample count."""
-    delta = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
-    total = delta.get(float("inf"), 0.0)
-    for le, count in delta.items():
-        if count >= 0.99 * total:
-            return le, int(total)
-    return float("nan"), int(total)
 
 
 def connector() -> aiohttp.TCPConnector:
