@@ -259,7 +259,8 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
         other = [r for r in loop.runs if not r.ok and r.status != 429]
         done = [r.wall for r in loop.ok]
         refusal = f"{_ms(pct(refused, 0.5))} / {_ms(pct(refused, 0.99))} / {_ms(max(refused))}" if refused else "-"
-        inside = refusal_durations(target.server) if refused else []
+        # The burst's refusals are all logged before the one-at-a-time ones start (4 s later).
+        inside = refusal_durations(target.server, len(refused)) if refused else []
         server_side = f"{pct(inside, 0.5):,.0f} / {pct(inside, 0.99):,.0f}" if inside else "-"
         print(
             f"| {target.name} | {len(done)} | {len(refused)} | {len(other)} {_failures(other)} | {refusal} | "

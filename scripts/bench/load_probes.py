@@ -117,14 +117,14 @@ async def watch_pool(target: Target, peak: list[int]) -> None:
             await asyncio.sleep(0.5)
 
 
-def refusal_durations(server: Server) -> list[float]:
-    """Our access log's `duration_ms` of each 429: from the request entering the app to its response (without
-    the time a request waited to be accepted and parsed)."""
+def refusal_durations(server: Server, first: int) -> list[float]:
+    """Our access log's `duration_ms` of the server's `first` 429s: from the request entering the app to its
+    response (without the time a request waited to be accepted and parsed)."""
     durations = []
     for line in server.log_path.read_text().splitlines():
         if '"status": 429' in line:
             durations.append(float(json.loads(line)["duration_ms"]))
-    return durations
+    return durations[:first]
 
 
 async def statement_counts(server: Server) -> Counter[str]:
