@@ -1,0 +1,137 @@
+"""What the load benchmarks read from the processes they measure: CPU and RSS from /proc, the PostgreSQL backends
+of a server (by application_name), and our server's own telemetry (/metrics, the access log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import aiohttp
+import asyncpg
+from load_kit import ADMIN_URL, Server, Target
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def proc_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def db_backend_cpu(server: Server) -> float:
+    """CPU seconds of the PostgreSQL backends serving `server` (its application_name), those alive now."""
+    if not server.app_name:
+        return 0.0
+    conn = await asyncpg.connect(ADMIN_URL)
+    try:
+        pids = [
+            r["pid"]
+            for r in await conn.fetch("SELECT pid FROM pg_stat_activity WHERE application_name = $1", server.app_name)
+        ]
+    finally:
+        await conn.close()
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):  # ended meanwhile
+            total += proc_cpu(pid)
+    return total
+
+
+@dataclass
+class CpuUse:
+    """CPU seconds over a phase: the server, its PostgreSQL backends, this load generator, the stub."""
+
+    server: float
+    db: float
+    client: float
+    stub: float
+
+
+@dataclass
+class CpuMeter:
+    server: Server
+    stub: Server | None = None
+    _start: CpuUse | None = None
+
+    async def _read(self) -> CpuUse:
+        stub = proc_cpu(self.stub.pid) if self.stub else 0.0
+        return CpuUse(proc_cpu(self.server.pid), await db_backend_cpu(self.server), time.process_time(), stub)
+
+    async def start(self) -> None:
+        self._start = await self._read()
+
+    async def stop(self) -> CpuUse:
+        end, start = await self._read(), self._start
+        assert start is not None
+        return CpuUse(end.server - start.server, end.db - start.db, end.client - start.client, end.stub - start.stub)
+
+
+async def lag_histogram(server: Server) -> dict[float, float]:
+    """Our `agent_runtime_event_loop_lag_seconds` buckets (cumulative counts by upper bound; inf = count)."""
+    buckets: dict[float, float] = {}
+    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                buckets[float(le)] = float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def lag_p99(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
+    """p99 of the samples taken between two scrapes, as the upper bound of its bucket, and the sample count."""
+    delta = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
+    total = delta.get(float("inf"), 0.0)
+    for le, count in delta.items():
+        if count >= 0.99 * total:
+            return le, int(total)
+    return float("nan"), int(total)
+
+
+async def watch_pool(target: Target, peak: list[int]) -> None:
+    """Keeps in `peak[0]` the most acquires our database pool had queued at one reading of its gauge (our
+    sampler sets it every 0.5 s); runs until cancelled."""
+    if target.peer:
+        return
+    async with aiohttp.ClientSession() as http:
+        while True:
+            async with http.get(target.server.base + "/metrics") as r:
+                for line in (await r.text()).splitlines():
+                    if line.startswith("agent_runtime_db_pool_waiting_requests "):
+                        peak[0] = max(peak[0], int(float(line.split()[1])))
+            await asyncio.sleep(0.5)
+
+
+def refusal_durations(server: Server, first: int) -> list[float]:
+    """Our access log's `duration_ms` of the server's `first` 429s: from the request entering the app to its
+    response (without the time a request waited to be accepted and parsed)."""
+    durations = []
+    for line in server.log_path.read_text().splitlines():
+        if '"status": 429' in line:
+            durations.append(float(json.loads(line)["duration_ms"]))
+    return durations[:first]
+
+
+async def statement_counts(server: Server) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith("bench_sql_statements_total{"):
+                kind = line.split('kind="', 1)[1].split('"', 1)[0]
+                counts[kind] = int(float(line.rsplit(" ", 1)[1]))
+    return counts
