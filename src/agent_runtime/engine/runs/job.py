@@ -68,10 +68,13 @@ class RunJob:
     def held(self) -> HeldRun:
         return HeldRun(session_id=self.session_id, user_id=self.ctx.user_id, run_id=self.run_id)
 
-    def stop(self, reason: RunFailure) -> None:
+    def stop(self, reason: RunFailure) -> bool:
+        """Cancel the run with `reason`; False when it is over or already writing its end."""
         if self.task is not None and not self.task.done() and not self.ending:
             self.stop_reason = reason
             self.task.cancel()
+            return True
+        return False
 
 
 def process_owner_id() -> str:

@@ -8,7 +8,8 @@ usable again within RUN_LEASE_SECONDS + RUN_SWEEP_SECONDS (the old stale-run tak
 
 A run of ours whose lease was not renewed (the loop stalled past the lease, the database was away) has
 lost its session: another replica may already have failed it. `on_lost` tells the run service, which
-stops that run rather than let it write a result nobody may see.
+stops that run rather than let it write a result nobody may see, and says which it stopped (a run already
+writing its end is not: it was not renewed because it had just finished, or its end is refused anyway).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class LeaseKeeper:
         sweep_seconds: float,
         events_retention_seconds: float,
         held: Callable[[], list[HeldRun]],
-        on_lost: Callable[[set[UUID]], None],
+        on_lost: Callable[[set[UUID]], set[UUID]],
         on_cancel: Callable[[set[UUID]], None],
     ) -> None:
         self._store = store
@@ -90,9 +91,10 @@ class LeaseKeeper:
         if renewed.cancel_requested:
             self._on_cancel(renewed.cancel_requested)
         lost = {run.run_id for run in held} - renewed.kept
-        if lost:
-            log.error("runs lost their lease", extra={"run_ids": sorted(str(r) for r in lost)})
-            self._on_lost(lost)
+        # A run that finished while the statement ran is not renewed either: only those still running count.
+        stopped = self._on_lost(lost) if lost else set()
+        if stopped:
+            log.error("runs lost their lease", extra={"run_ids": sorted(str(r) for r in stopped)})
 
     async def sweep_once(self) -> None:
         lost = await self._store.sweep()

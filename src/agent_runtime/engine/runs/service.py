@@ -343,11 +343,14 @@ class RunService:
             if job is not None:
                 job.stop(CANCELLED)
 
-    def _lost(self, run_ids: set[UUID]) -> None:
+    def _lost(self, run_ids: set[UUID]) -> set[UUID]:
+        lost = RunFailure("run_lost", "the run lost its lease on the session (it was taken over)")
+        stopped: set[UUID] = set()
         for run_id in run_ids:
             job = self._jobs.get(run_id)
-            if job is not None:
-                job.stop(RunFailure("run_lost", "the run lost its lease on the session (it was taken over)"))
+            if job is not None and job.stop(lost):
+                stopped.add(run_id)
+        return stopped
 
     async def drain(self) -> None:
         """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; end the rest with `run_interrupted`.
