@@ -49,7 +49,9 @@ class Settings(BaseSettings):
     database_url: str | None = None
     data_dir: Path = Field(default_factory=_default_data_dir)
     db_pool_min_size: int = Field(default=1, ge=0, le=100)
-    db_pool_max_size: int = Field(default=10, ge=1, le=200)
+    # 20: at the default MAX_CONCURRENT_RUNS (64 runs at once, ~7 statements each) a pool of 10 had up to 38
+    # acquires queued and RUN_STARTED p99 at 309 ms, 20 had 8 and 189 ms (scripts/bench/load.py, docs/benchmarks.md).
+    db_pool_max_size: int = Field(default=20, ge=1, le=200)
 
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     jwt_issuer: str | None = None
