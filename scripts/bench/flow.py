@@ -61,7 +61,13 @@ if str(ROOT) not in sys.path:
 # Before anything can import LiteLLM: no price-map download (offline).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubToolCall  # noqa: E402
+from tests.stubs.deepseek_stub import (  # noqa: E402
+    DeepSeekStub,
+    RecordedRequest,
+    StubReply,
+    StubToolCall,
+    content_text,
+)
 from tests.support.database import LOCAL_SERVER, PgServer, create_database, drop_database, find_server  # noqa: E402
 
 if TYPE_CHECKING:
@@ -105,19 +111,11 @@ ORGANIZATION = {
 }
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def respond(request: RecordedRequest) -> StubReply:
     """Answer one stage: the stage request (the last user message) starts with `Stage: <name>`."""
     messages = request.messages
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    task = _text(messages[last_user].get("content")) if last_user >= 0 else ""
+    task = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
     delay = SLOW_LATENCY if SLOW in task else 0.0
     stage = task.split("\n", 1)[0]
     if stage == "Stage: intent":

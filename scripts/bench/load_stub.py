@@ -27,7 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the checkout's tests/stubs
 
-from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubToolCall  # noqa: E402
+from tests.stubs.deepseek_stub import (  # noqa: E402
+    DeepSeekStub,
+    RecordedRequest,
+    StubReply,
+    StubToolCall,
+    content_text,
+)
 
 API_KEY = "sk-perf"
 FULL = "[bench:full]"
@@ -60,19 +66,11 @@ ORGANIZATION = {
 }
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def make_responder(default_latency: float, chunk_chars: int) -> Any:
     def respond(request: RecordedRequest) -> StubReply:
         messages = request.messages
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-        task = _text(messages[last_user].get("content")) if last_user >= 0 else ""
+        task = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
         marker = _LATENCY.search(task)
         delay = float(marker.group(1)) if marker else default_latency
         stage = task.split("\n", 1)[0]

@@ -27,7 +27,8 @@ from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, 
 from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
-from agent_runtime.engine.messages.models import StoredMessage
+from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.settings import Settings
 
@@ -269,6 +270,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*"))
+
+
+async def long_session(h: Harness, user: User) -> str:
+    """A session whose stored history (15 answered turns) fills the default window: its next run cuts it."""
+    sid = await h.new_session(user)
+    earlier: list[NewMessage] = []
+    for turn in range(15):
+        earlier.append(NewMessage(role="user", content=f"question {turn}", metadata=UserInputMetadata()))
+        earlier.append(NewMessage(role="assistant", content=f"answer {turn}", metadata=AssistantOutputMetadata()))
+    await h.engine.messages.append(user.ctx, UUID(sid), earlier)
+    return sid
 
 
 async def warm_up(h: Harness, user: User) -> None:

@@ -7,19 +7,17 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from uuid import UUID
 
 import yaml
 from tests.conftest import User
-from tests.runs.conftest import MakeHarness, execution_done, intent_needs, organized, stage_of, types
+from tests.runs.conftest import MakeHarness, execution_done, intent_needs, long_session, organized, stage_of, types
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
 
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.resources import default_config_dir
 
 # Distinct per task, so a cap sent with the wrong stage's call fails the test.
-CAPS = {"intent": 301, "execution": 302, "organization": 303, "memory_summary": 304}
+# Distinct, so each request shows whose cap it carries; the summary's at least MEMORY_SUMMARY_MAX_TOKENS (400).
+CAPS = {"intent": 301, "execution": 302, "organization": 303, "memory_summary": 404}
 
 
 def _config_with_caps(tmp_path: Path) -> Path:
@@ -38,13 +36,8 @@ async def test_every_call_sends_its_tasks_max_tokens(
 ) -> None:
     async with make_harness(crewai_config_dir=_config_with_caps(tmp_path)) as h:
         user = make_user()
-        sid = await h.new_session(user)
         # A full window, so this run cuts it and summarises what it drops first.
-        earlier: list[NewMessage] = []
-        for turn in range(15):
-            earlier.append(NewMessage(role="user", content=f"question {turn}", metadata=UserInputMetadata()))
-            earlier.append(NewMessage(role="assistant", content=f"answer {turn}", metadata=AssistantOutputMetadata()))
-        await h.engine.messages.append(user.ctx, UUID(sid), earlier)
+        sid = await long_session(h, user)
         h.stub.enqueue(
             StubReply(content=json.dumps({"summary": "The user asked fifteen questions."})),
             intent_needs("Compute 17 + 25 with the calculator."),

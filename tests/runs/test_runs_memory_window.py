@@ -8,17 +8,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
-from uuid import UUID
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
+from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, long_session, money, types, usage
 from tests.runs.test_runs_statements import counted_statements
 from tests.stubs.deepseek_stub import StubReply
 
 from agent_runtime.engine.memory.summary import summary_message
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, AuditMetadata, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.messages.metadata import AuditMetadata
 
 SUMMARY = "The user asked questions 0 to 10; each was answered."
 
@@ -34,21 +32,11 @@ def _turns(first: int, last: int) -> list[dict[str, Any]]:
     ]
 
 
-async def _long_session(h: Harness, user: User) -> str:
-    sid = await h.new_session(user)
-    earlier: list[NewMessage] = []
-    for turn in range(15):
-        earlier.append(NewMessage(role="user", content=f"question {turn}", metadata=UserInputMetadata()))
-        earlier.append(NewMessage(role="assistant", content=f"answer {turn}", metadata=AssistantOutputMetadata()))
-    await h.engine.messages.append(user.ctx, UUID(sid), earlier)
-    return sid
-
-
 async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
     h: Harness, make_user: Callable[[], User]
 ) -> None:
     user = make_user()
-    sid = await _long_session(h, user)
+    sid = await long_session(h, user)
     assert (h.settings.memory_max_messages, h.settings.memory_low_messages) == (20, 10)
     assert h.settings.memory_summary_enabled, "on by default with a real model"
     h.stub.enqueue(
@@ -102,7 +90,7 @@ async def test_without_summaries_the_cut_keeps_ten_messages(
 ) -> None:
     async with make_harness(memory_summary=False) as h:
         user = make_user()
-        sid = await _long_session(h, user)
+        sid = await long_session(h, user)
         h.stub.enqueue(intent_direct("Noted."))
 
         result = await h.run(user, sid, "question 15")
@@ -117,7 +105,7 @@ async def test_a_failed_summary_is_recorded_and_retried_at_the_next_run(
     h: Harness, make_user: Callable[[], User]
 ) -> None:
     user = make_user()
-    sid = await _long_session(h, user)
+    sid = await long_session(h, user)
     h.stub.enqueue(StubReply(content='{"not": "a summary"}'), intent_direct("Noted."))
 
     result = await h.run(user, sid, "question 15")
@@ -146,7 +134,7 @@ async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
     """The window (mark and summary included) is one statement; a cut adds the read of what it drops and the
     write of the new mark; the summary's audit row goes in the run's last statement."""
     user = make_user()
-    sid = await _long_session(h, user)
+    sid = await long_session(h, user)
     h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))
     await h.engine.runs.wait_idle()
     with counted_statements(monkeypatch) as cut:
@@ -173,7 +161,7 @@ async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make
         llm_model=None, llm_api_base=None, deepseek_api_key=None, memory_summary=True, run_timeout_seconds=120
     ) as h:
         user = make_user()
-        sid = await _long_session(h, user)
+        sid = await long_session(h, user)
 
         result = await h.run(user, sid, "question 15")
 

@@ -79,7 +79,7 @@ class RecordedRequest(BaseModel):
 
     @property
     def prompt_text(self) -> str:
-        return "\n".join(_content_text(m.get("content")) for m in self.messages if isinstance(m, dict))
+        return "\n".join(content_text(m.get("content")) for m in self.messages if isinstance(m, dict))
 
 
 Responder = Callable[[RecordedRequest], StubReply]
@@ -115,11 +115,12 @@ class StubHold:
 
 
 def echo_responder(request: RecordedRequest) -> StubReply:
-    user = [_content_text(m.get("content")) for m in request.messages if m.get("role") == "user"]
+    user = [content_text(m.get("content")) for m in request.messages if m.get("role") == "user"]
     return StubReply(content=f"stub answer to: {user[-1] if user else ''}")
 
 
-def _content_text(content: Any) -> str:
+def content_text(content: Any) -> str:
+    """A message's text: the string, or the text parts of a list of content parts joined."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
