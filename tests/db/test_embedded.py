@@ -72,3 +72,22 @@ async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(data_dir: Path, tm
     assert _postgres_processes(pgdata) == [], output
     assert json.loads((pgdata / HANDLE_PIDS_FILE).read_text()) == []
     assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+
+
+async def test_a_second_ctrl_c_during_the_stop_leaves_no_postgresql_and_no_traceback(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    # Under `uv run`, a terminal's Ctrl-C reaches the server twice (directly, and forwarded by uv).
+    pgdata = (data_dir / "pgdata").resolve()
+    env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1"}
+    server = await start_serve("twice", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+
+    server.proc.send_signal(signal.SIGINT)
+    await asyncio.sleep(0.05)  # uv forwards its copy a moment later
+    server.proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(server.proc.wait(), 120)
+
+    output = server.log_tail(20_000)
+    assert _postgres_processes(pgdata) == [], output
+    assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+    assert server.proc.returncode in (0, 130), output

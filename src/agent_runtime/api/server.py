@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable, Generator
 from types import FrameType
 
@@ -19,6 +20,10 @@ import uvicorn
 
 # The drain's own bound after the grace: cancelled runs record their failure (one statement each).
 DRAIN_MARGIN_SECONDS = 10
+# Under `uv run`, a terminal's Ctrl-C reaches the server twice: directly, and forwarded by uv a moment later.
+# uvicorn reads a second SIGINT as "force exit" (no lifespan shutdown: a traceback, PostgreSQL stopped from a
+# cancelled task); a copy this close to the first is the same Ctrl-C. A later one still forces the exit.
+_SAME_CTRL_C_SECONDS = 0.5
 
 
 def graceful_shutdown_seconds(shutdown_grace_seconds: float) -> int:
@@ -30,11 +35,16 @@ class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, on_shutdown_signal: Callable[[], None]) -> None:
         super().__init__(config)
         self._on_shutdown_signal = on_shutdown_signal
+        self._first_signal_at: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        if self._first_signal_at is not None and now - self._first_signal_at < _SAME_CTRL_C_SECONDS:
+            return
         first = not self.should_exit
         super().handle_exit(sig, frame)
         if first:
+            self._first_signal_at = now
             self._on_shutdown_signal()
 
     @contextlib.contextmanager

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
+import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,5 +97,21 @@ class EmbeddedPostgres:
         if self._server is None:
             return
         server, self._server = self._server, None
-        server.cleanup()
+        with _interrupts_held():
+            server.cleanup()
         log.info("embedded PostgreSQL stopped", extra={"pgdata": str(self.pgdata)})
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C is ignored while PostgreSQL stops (the process is stopping already): a Ctrl-C reached it twice
+    under `uv run` (directly, and forwarded by uv), and the second one, once uvicorn had given SIGINT back to
+    Python, interrupted `pg_ctl stop` with a KeyboardInterrupt traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be changed from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
