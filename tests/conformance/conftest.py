@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.conformance.harness import Server, Servers, _free_port, _start_server, _stop_server, ensure_client_installed
+from tests.conformance.harness import Servers, ensure_client_installed
+from tests.support.serve import ServeProcess, free_port, start_serve
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,7 @@ async def servers(
     database_url: str, agui_client_version: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Servers]:
     workdir = tmp_path_factory.mktemp("agui-conformance")
-    closed_port = _free_port()  # nothing listens there: connection refused
+    closed_port = free_port()  # nothing listens there: connection refused
     failing_env = {
         "LLM_MODEL": "deepseek/deepseek-chat",
         "DEEPSEEK_API_KEY": "x",
@@ -27,15 +28,15 @@ async def servers(
         "LLM_MAX_RETRIES": "0",
     }
     started = await asyncio.gather(
-        _start_server("demo", database_url, workdir, {}),
-        _start_server("failing", database_url, workdir, failing_env),
+        start_serve("demo", database_url=database_url, workdir=workdir),
+        start_serve("failing", database_url=database_url, workdir=workdir, env=failing_env),
         return_exceptions=True,
     )
-    running = [s for s in started if isinstance(s, Server)]
+    running = [s for s in started if isinstance(s, ServeProcess)]
     errors = [e for e in started if isinstance(e, BaseException)]
     if errors:
         for server in running:
-            await _stop_server(server)
+            await server.stop()
         raise errors[0]
     yield Servers(demo=started[0], failing=started[1])  # type: ignore[arg-type]
-    await asyncio.gather(*(_stop_server(s) for s in running))
+    await asyncio.gather(*(s.stop() for s in running))

@@ -10,17 +10,13 @@ is a failure, not a skip: CI has both.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +24,7 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from tests.conftest import TEST_JWT_SECRET
+from tests.support.serve import ServeProcess
 
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.settings import Settings
@@ -42,7 +38,6 @@ NPM_INSTALL_TIMEOUT = 180
 CLIENT_TIMEOUT = 120
 
 # Env vars that would point the server at a real model (or away from the offline demo model).
-_PROVIDER_ENV = ("LLM_MODEL", "LLM_API_BASE", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MAX_RETRIES")
 
 TERMINAL = {"RUN_FINISHED", "RUN_ERROR"}
 # RUN_ERROR's message ends with the error_id the session stores (RunService._fail).
@@ -141,71 +136,10 @@ def ensure_client_installed() -> str:
 # The server
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Server:
-    base_url: str
-    proc: asyncio.subprocess.Process
-    log_path: Path
-    workdir: Path
-
-    def log_tail(self, chars: int = 4000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
-
-
-async def _start_server(name: str, database_url: str, workdir: Path, extra_env: dict[str, str]) -> Server:
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in _PROVIDER_ENV}
-    env.update(
-        DATABASE_URL=database_url,
-        JWT_SECRET=TEST_JWT_SECRET,
-        PORT=str(port),
-        DATA_DIR=str(workdir / f"data-{name}"),
-        ENVIRONMENT="test",
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        **extra_env,
-    )
-    log_path = workdir / f"server-{name}.log"
-    with log_path.open("wb") as log:
-        # cwd outside the checkout: no developer `.env` can change the model under test.
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agent_runtime.cli", "serve", env=env, cwd=workdir, stdout=log, stderr=log
-        )
-    server = Server(base_url=f"http://127.0.0.1:{port}", proc=proc, log_path=log_path, workdir=workdir)
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
-        for _ in range(300):
-            if proc.returncode is not None:
-                raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
-            with contextlib.suppress(httpx.TransportError):
-                if (await client.get("/health/ready")).status_code == 200:
-                    return server
-            await asyncio.sleep(0.1)
-    await _stop_server(server)
-    raise AssertionError(f"server {name} did not become ready in 30 s:\n{server.log_tail()}")
-
-
-async def _stop_server(server: Server) -> None:
-    if server.proc.returncode is None:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(server.proc.wait(), 20)
-        except TimeoutError:
-            server.proc.kill()
-            await server.proc.wait()
-
-
 @dataclass
 class Servers:
-    demo: Server  # offline demo model: deterministic, "hello" -> direct, "what is 12*7?" -> calculator
-    failing: Server  # DeepSeek pointed at a closed port, no retries: every run ends in RUN_ERROR
+    demo: ServeProcess  # offline demo model: deterministic, "hello" -> direct, "what is 12*7?" -> calculator
+    failing: ServeProcess  # DeepSeek pointed at a closed port, no retries: every run ends in RUN_ERROR
 
 
 # --------------------------------------------------------------------------------------------------
@@ -220,7 +154,7 @@ class Case:
     user_message_id: str
 
 
-async def new_case(server: Server, settings: Settings) -> Case:
+async def new_case(server: ServeProcess, settings: Settings) -> Case:
     """A new user with a new thread: threads are sessions made with `POST /v1/sessions` (AG-UI answers any
     other thread id with 404, so that ids cannot be probed)."""
     user_id = uuid4()
@@ -236,7 +170,7 @@ def _write_json(path: Path, value: Any) -> None:
 
 
 async def run_client(
-    server: Server, case: Case, text: str, *, steps: list[dict[str, Any]] | None = None, **extra: Any
+    server: ServeProcess, case: Case, text: str, *, steps: list[dict[str, Any]] | None = None, **extra: Any
 ) -> dict[str, Any]:
     """One run of the official client on `text`, or one per step (`agui_client.mjs` says what a step may do):
     the first run's summary, with every run's under `runs`."""
@@ -358,7 +292,7 @@ def _stored_view(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def stored_session(server: Server, case: Case) -> dict[str, Any]:
+async def stored_session(server: ServeProcess, case: Case) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
         response = await client.get(f"/v1/sessions/{case.thread_id}")
     assert response.status_code == 200, response.text
@@ -366,7 +300,7 @@ async def stored_session(server: Server, case: Case) -> dict[str, Any]:
     return session
 
 
-async def stored_messages(server: Server, case: Case) -> list[dict[str, Any]]:
+async def stored_messages(server: ServeProcess, case: Case) -> list[dict[str, Any]]:
     async with httpx.AsyncClient(base_url=server.base_url, headers=case.headers, timeout=10) as client:
         response = await client.get(f"/v1/sessions/{case.thread_id}/messages", params={"limit": 100})
     assert response.status_code == 200, response.text
@@ -375,7 +309,7 @@ async def stored_messages(server: Server, case: Case) -> list[dict[str, Any]]:
     return list(page["items"])
 
 
-async def assert_messages_match(server: Server, case: Case, summary: dict[str, Any]) -> list[dict[str, Any]]:
+async def assert_messages_match(server: ServeProcess, case: Case, summary: dict[str, Any]) -> list[dict[str, Any]]:
     ours = [_stored_view(m) for m in await stored_messages(server, case)]
     # Reasoning is streamed (and kept by the client) but stored only as an audit row: not a thread message.
     theirs = [_client_view(m) for m in summary["messages"] if m["role"] != "reasoning"]

@@ -14,7 +14,7 @@ failing run) and nothing after it; every TOOL_CALL_RESULT names a tool call star
 
 Every TOOL_CALL_RESULT of a run that resumes a turn may also name a tool call its MESSAGES_SNAPSHOT carries.
 The harness (installing the client, the servers, these checks) is harness.py; the round trips (approval,
-frontend tools, snapshots, state) are test_agui_round_trips.py. Server logs and the client's full report
+frontend tools, snapshots, state) are test_agui_round_trips.py. ServeProcess logs and the client's full report
 of each run are kept in the pytest temp directory `agui-conformance*` (the path is in every failure message).
 
 The runs start as soon as the servers are ready, so the two on the demo server also wait together for its
@@ -32,7 +32,7 @@ import pytest
 from tests.conformance.harness import (
     ERROR_ID,
     Case,
-    Server,
+    ServeProcess,
     Servers,
     _explain,
     assert_accepted,
@@ -50,7 +50,7 @@ from agent_runtime.settings import Settings
 
 @dataclass
 class Run:
-    server: Server
+    server: ServeProcess
     case: Case
     task: asyncio.Task[dict[str, Any]]
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 from tests.conformance.harness import (
     Case,
-    Server,
+    ServeProcess,
     Servers,
     _client_view,
     _stored_view,
@@ -63,7 +63,7 @@ PLANS: dict[str, tuple[str, list[dict[str, Any]]]] = {
 
 @dataclass
 class Trip:
-    server: Server
+    server: ServeProcess
     case: Case
     task: asyncio.Task[dict[str, Any]]
 
