@@ -16,6 +16,7 @@ from agent_runtime.api.middleware import RequestContextMiddleware
 from agent_runtime.api.openapi import install_openapi
 from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.runtime import open_engine
+from agent_runtime.observability.gc_pauses import GcPauses
 from agent_runtime.observability.metrics_server import MetricsServer
 from agent_runtime.observability.sampler import sample_forever
 from agent_runtime.settings import Settings, get_settings
@@ -45,13 +46,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
         warm_up = resources.engine.runs.ensure_warm()
         resources.engine.runs.start_background()
-        sampler = asyncio.create_task(sample_forever(resources.engine.pool), name="metrics-sampler")
+        gc_pauses = GcPauses()
+        gc_pauses.install()
+        sampler = asyncio.create_task(
+            sample_forever(resources.engine.pool, gc_pauses=gc_pauses), name="metrics-sampler"
+        )
         own_port = settings.metrics_port if settings.metrics_enabled else None
         metrics_server = MetricsServer.start(settings.host, own_port) if own_port is not None else None
         try:
             yield
         finally:
             sampler.cancel()
+            gc_pauses.uninstall()
             if metrics_server is not None:
                 metrics_server.stop()
             # Drain runs first (they may be waiting for the warm-up), then drop an unfinished warm-up.

@@ -115,6 +115,13 @@ EVENT_LOOP_LAG = Histogram(
     "How late the event loop woke a sampling timer: time it spent not serving other work.",
     buckets=_LAG_BUCKETS,
 )
+GC_PAUSE = Histogram(
+    "agent_runtime_gc_pause_seconds",
+    "How long one collection of CPython's cyclic garbage collector stopped every thread, by generation"
+    " (2 is a full collection).",
+    ["generation"],
+    buckets=_LAG_BUCKETS,
+)
 DB_POOL_CONNECTIONS = Gauge(
     "agent_runtime_db_pool_connections", "Database pool connections, by state (in_use, idle).", ["state"]
 )
@@ -180,6 +187,10 @@ def tool_call(tool: str, outcome: str, seconds: float) -> None:
 
 def event_loop_lag(seconds: float) -> None:
     EVENT_LOOP_LAG.observe(seconds)
+
+
+def gc_pause(generation: int, seconds: float) -> None:
+    GC_PAUSE.labels(str(generation)).observe(seconds)
 
 
 def db_pool(*, in_use: int, idle: int, max_size: int, waiting: int) -> None:

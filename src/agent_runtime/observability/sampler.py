@@ -1,4 +1,4 @@
-"""The background sampler: event-loop lag and the database pool's state, twice a second.
+"""The background sampler: event-loop lag, the database pool's state and the GC's pauses, twice a second.
 
 Lag is how late a timer fires: while a callback hogs the loop (CPU on the loop thread, a blocking call),
 every request and database call waits that long too. Pool state is read at sampling time rather than on
@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from agent_runtime.observability import metrics
+from agent_runtime.observability.gc_pauses import GcPauses
 
 SAMPLE_INTERVAL_SECONDS = 0.5
 
@@ -30,10 +31,14 @@ def sample_pool(pool: asyncpg.Pool) -> None:
     metrics.db_pool(in_use=size - idle, idle=idle, max_size=pool.get_max_size(), waiting=waiting_acquires(pool))
 
 
-async def sample_forever(pool: asyncpg.Pool, interval: float = SAMPLE_INTERVAL_SECONDS) -> None:
+async def sample_forever(
+    pool: asyncpg.Pool, interval: float = SAMPLE_INTERVAL_SECONDS, gc_pauses: GcPauses | None = None
+) -> None:
     loop = asyncio.get_running_loop()
     while True:
         before = loop.time()
         await asyncio.sleep(interval)
         metrics.event_loop_lag(max(0.0, loop.time() - before - interval))
         sample_pool(pool)
+        if gc_pauses is not None:
+            gc_pauses.drain()
