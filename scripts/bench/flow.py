@@ -49,6 +49,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -531,6 +532,10 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
         memory_summary=False,
         max_runs_per_user_per_minute=0,
         max_sessions_per_user=0,
+        # Every session of the batches belongs to one user.
+        max_concurrent_runs_per_user=1000,
+        user_daily_budget_cny=Decimal(0),
+        user_monthly_budget_cny=Decimal(0),
     )
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
