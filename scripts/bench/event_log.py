@@ -90,6 +90,8 @@ async def phase_cpu(
 ) -> None:
     """A and N under the same load at the same time (half the clients each, sessions swapped every round), so
     that the shared machine's ups and downs hit both arms alike."""
+    if args.rounds == 0:
+        return
     half = len(sessions) // 2
     print(f"\n### CPU per full run, event log on (A) and its writes off (N), at the same time, {half} clients each")
     print(f"load average before: {loadavg()}\n")
@@ -268,7 +270,9 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.5, help="model latency per call for live runs (s)")
     parser.add_argument("--clients", type=int, default=16, help="closed-loop clients (statements; CPU: half per arm)")
     parser.add_argument("--seconds", type=float, default=20, help="length of each closed-loop measurement")
-    parser.add_argument("--rounds", type=int, default=6, help="CPU rounds (both arms at once, sessions swapped)")
+    parser.add_argument(
+        "--rounds", type=int, default=6, help="CPU rounds (both arms at once, sessions swapped; 0 skips)"
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     stop_on_sigterm()
     asyncio.run(main(parser.parse_args()))
