@@ -3,8 +3,8 @@
 A collection holds the GIL from start to end: the event loop, every CrewAI thread and every stream wait for
 it. Under load that is where most of the event-loop lag comes from (docs/benchmarks.md, "Where the lag comes
 from"): each run leaves ~2,000 objects in reference cycles (CrewAI's per-stage agent, executor and flow-method
-wrappers, mostly), they outlive the young generations while the run lasts, and full collections then scan the
-garbage of every run in flight, ~100-150 ms each with 32 runs in flight.
+wrappers; LiteLLM's per-call HTTP objects), they outlive the young generations while the run lasts, and full
+collections then scan the objects of every run in flight, ~100-150 ms each with 32 runs in flight.
 
 The collector calls `gc.callbacks` in whichever thread triggered the collection, with the GIL held. So the
 callback only appends to a deque (atomic under the GIL, takes no lock: a lock held by the interrupted thread
