@@ -227,9 +227,14 @@ class Worker:
         seconds = time.monotonic() - started
         if code is None:
             return Outcome(mutant, "timeout", seconds, f"no result after {self.time_limit:.0f} s")
+        failed = [m.group(2) for m in map(_FAILED_LINE.match, text.splitlines()) if m]
         if code == 1:
-            failed = [m.group(2) for m in map(_FAILED_LINE.match, text.splitlines()) if m]
             return Outcome(mutant, "caught", seconds, failed[0] if failed else "tests failed")
+        if code < 0 and failed:
+            # A test failed and reported it; the interpreter then died at exit. Seen once in ~300 runs: SIGABRT
+            # ("FATAL: exception not rethrown") when the process ends while the daemon warm-up thread is still
+            # importing CrewAI/LiteLLM (a mutant's run is over in ~2 s; the import takes ~10).
+            return Outcome(mutant, "caught", seconds, f"{failed[0]} (then pytest died of signal {-code} at exit)")
         if code == 0:
             return Outcome(mutant, "survived", seconds, "every selected test passed")
         return Outcome(mutant, "error", seconds, f"pytest exit {code}:\n{text[-3000:]}")
