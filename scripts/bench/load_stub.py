@@ -35,18 +35,12 @@ from tests.stubs.deepseek_stub import (  # noqa: E402
     content_text,
 )
 
+from flow import FULL, INTENT_SHORT  # noqa: E402  (the flow benchmark's route marker and greeting reply)
+
 API_KEY = "sk-perf"
-FULL = "[bench:full]"
 _LATENCY = re.compile(r"\[lat=([0-9.]+)\]")
 EXPRESSION = "12*7"
 
-INTENT_SHORT = {
-    "route": "DIRECT_EXECUTION",
-    "assistant_text": "Hi! I'm doing well, thanks for asking. What would you like to do today?",
-    "intent_summary": "The user greets the assistant and asks how it is.",
-    "execution_brief": None,
-    "safety_flags": [],
-}
 INTENT_FULL = {
     "route": "NEEDS_EXECUTION",
     "assistant_text": None,

@@ -34,26 +34,24 @@ def _server(drains: list[str]) -> DrainingServer:
     return DrainingServer(uvicorn.Config(app=lambda: None), on_shutdown_signal=lambda: drains.append("drain"))
 
 
-def test_a_copy_of_the_first_ctrl_c_within_half_a_second_is_the_same_press(clock: _Clock) -> None:
+@pytest.mark.parametrize(
+    ("second_after", "forced"),
+    [
+        (0.05, False),  # uv forwards its copy of the same press a moment later
+        (0.6, True),  # a second press after the window forces the exit
+    ],
+)
+def test_a_second_ctrl_c_forces_the_exit_only_after_half_a_second(
+    clock: _Clock, second_after: float, forced: bool
+) -> None:
     drains: list[str] = []
     server = _server(drains)
 
     server.handle_exit(signal.SIGINT, None)
-    clock.now += 0.05  # uv forwards its copy a moment later
+    clock.now += second_after
     server.handle_exit(signal.SIGINT, None)
 
-    assert (server.should_exit, server.force_exit, drains) == (True, False, ["drain"])
-
-
-def test_a_second_press_after_the_window_forces_the_exit(clock: _Clock) -> None:
-    drains: list[str] = []
-    server = _server(drains)
-
-    server.handle_exit(signal.SIGINT, None)
-    clock.now += 0.6
-    server.handle_exit(signal.SIGINT, None)
-
-    assert (server.should_exit, server.force_exit, drains) == (True, True, ["drain"])
+    assert (server.should_exit, server.force_exit, drains) == (True, forced, ["drain"])
 
 
 def test_sigterm_starts_the_drain_once(clock: _Clock) -> None:
