@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from tests.conftest import User
@@ -29,6 +29,7 @@ from agent_runtime.engine.sessions.models import SessionCreate
 class Emitter:
     events: RunEvents
     stream: AguiStream
+    session_id: UUID
 
 
 @pytest.fixture
@@ -43,15 +44,18 @@ async def emitter(engine: RuntimeEngine, user: User) -> Emitter:
     stream = AguiStream(thread_id="t-1", run_id="r-1", log=log)
     events = RunEvents(stream.emit)
     events.run_started()
-    return Emitter(events, stream)
+    return Emitter(events, stream, session.id)
 
 
 async def _frames(emitter: Emitter, engine: RuntimeEngine, user: User) -> list[dict[str, Any]]:
     """The events as a follower of the run reads them; the stored log must hold exactly the same."""
     followed = [event async for event in emitter.stream.stream()]
     await emitter.stream.log.written()
-    stored = await EventStore(engine.pool).read(user.ctx, emitter.stream.log.run_id, after=0, limit=100)
-    assert [(e.seq, e.data) for e in stored] == [(e.seq, e.data) for e in followed]
+    stored = await EventStore(engine.pool).page(
+        user.ctx, emitter.session_id, emitter.stream.log.run_id, after=0, limit=100
+    )
+    assert stored is not None
+    assert [(e.seq, e.data) for e in stored.events] == [(e.seq, e.data) for e in followed]
     assert [e.seq for e in followed] == list(range(1, len(followed) + 1))
     return [json.loads(e.data) for e in followed]
 

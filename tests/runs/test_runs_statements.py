@@ -34,6 +34,8 @@ def _kind(sql: str) -> str:
         return "events"
     if "INSERT INTO agent_chat_messages" in text:
         return "append"
+    if "WITH run AS (" in text and "FROM agent_run_events" in text:
+        return "log page"
     return text[:80]
 
 
@@ -99,3 +101,27 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
         result = await h.agui(user, body)
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     assert agui == ["thread", "start", "snapshot", "window", "finish", "events"]
+
+
+async def test_resuming_a_finished_run_is_one_statement_however_much_it_replays(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = make_user()
+    await warm_up(h, user)
+    sid = await h.new_session(user)
+    h.stub.enqueue(intent_direct("hi"))
+    result = await h.run(user, sid, "hello")
+    await h.engine.runs.wait_idle()
+    run_id = result.run_id
+    url = f"/v1/sessions/{sid}/runs/{run_id}/events"
+    with counted_statements(monkeypatch) as replay:
+        whole = await h.client.get(url, headers=user.headers)
+    assert whole.text == result.body
+    # The ownership check, the run's state and its log are read together; nothing else.
+    assert replay == ["log page"]
+
+    last = len(result.events)
+    with counted_statements(monkeypatch) as nothing_left:
+        done = await h.client.get(url, headers={**user.headers, "Last-Event-ID": f"{run_id}:{last}"})
+    assert (done.status_code, done.text) == (200, "")
+    assert nothing_left == ["log page"]

@@ -23,7 +23,7 @@ import asyncpg
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError, NotFoundError
 from agent_runtime.engine.runs.event_log import LoggedEvent, RunEventLog
-from agent_runtime.engine.runs.event_store import CONTROL_CHANNEL, EVENTS_CHANNEL, EventStore
+from agent_runtime.engine.runs.event_store import CONTROL_CHANNEL, EVENTS_CHANNEL, EventStore, RunLogPage
 
 log = logging.getLogger(__name__)
 
@@ -75,50 +75,49 @@ class RunEventHub:
     ) -> AsyncIterator[LoggedEvent]:
         """The run's events after seq `after`, to its terminal event. Checks first (404 for a run that is not
         the caller's, 410 when retention removed its events), so that an error is an HTTP status, not a stream."""
-        state = await self._store.run_state(ctx, session_id, run_id)
-        if state is None:
-            raise run_not_found(run_id)
-        if state.events_expired:
-            raise EventsExpiredError(f"the events of run {run_id} are past their retention and were deleted")
         local = self._logs.get(run_id)
+        # For a run that runs elsewhere, the statement that checks it also reads the first page and asks the
+        # process running it to write its events as they come: one round trip instead of four.
+        first = await self._store.page(
+            ctx, session_id, run_id, after=after, limit=0 if local is not None else _READ_BATCH, ask_live=local is None
+        )
+        if first is None:
+            raise run_not_found(run_id)
+        if first.state.events_expired:
+            raise EventsExpiredError(f"the events of run {run_id} are past their retention and were deleted")
         if local is not None:
             return local.follow(after)
-        return self._follow_stored(ctx, session_id, run_id, after, ask_live=state.status == "running")
+        return self._follow_stored(ctx, session_id, run_id, after, first)
 
     async def _follow_stored(
-        self, ctx: RequestContext, session_id: UUID, run_id: UUID, after: int, *, ask_live: bool
+        self, ctx: RequestContext, session_id: UUID, run_id: UUID, after: int, page: RunLogPage
     ) -> AsyncIterator[LoggedEvent]:
+        # Registered here, not before the first page was read: a stream that is never iterated must not leave
+        # its waiter behind. So the first re-read does not wait: a notification that came in between is not lost.
         wake = asyncio.Event()
         self._waiters.setdefault(run_id, set()).add(wake)
         try:
-            position = after
+            position, registered_before_read = after, False
             while True:
-                wake.clear()  # before reading: a notification that comes while we read is not lost
-                events = await self._store.read(ctx, run_id, after=position, limit=_READ_BATCH)
-                for event in events:
+                for event in page.events:
                     yield event
                     position = event.seq
                     if event.terminal:
                         return
-                if len(events) == _READ_BATCH:
-                    continue
-                if ask_live:
-                    # The process running it writes what it has not yet, and from now on each event.
-                    await self._store.request_live(run_id)
-                    ask_live = False
-                    continue
-                state = await self._store.run_state(ctx, session_id, run_id)
-                if state is None:
-                    return  # deleted meanwhile
-                if state.log_complete and not events:
-                    # The log is whole and has nothing after `position`: the client saw the terminal event
-                    # already, or the run predates the log. (A terminal event written between the two reads
-                    # above is caught by this last one.)
-                    if not await self._store.read(ctx, run_id, after=position, limit=1):
+                if len(page.events) < _READ_BATCH:
+                    # The page and the run's state are one snapshot: a complete log with nothing more is the end
+                    # (the client saw the terminal event already, or the run predates the log).
+                    if page.state.log_complete:
                         return
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), _POLL_SECONDS)
+                    if registered_before_read:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wake.wait(), _POLL_SECONDS)
+                wake.clear()  # before reading: a notification that comes while we read is not lost
+                registered_before_read = True
+                next_page = await self._store.page(ctx, session_id, run_id, after=position, limit=_READ_BATCH)
+                if next_page is None:
+                    return  # deleted meanwhile
+                page = next_page
         finally:
             waiters = self._waiters.get(run_id)
             if waiters is not None:

@@ -7,6 +7,7 @@ its events as they come, or to stop it. NOTIFY is only the wake-up: the log and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 from uuid import UUID
 
@@ -39,13 +40,24 @@ WITH open_run AS (
 SELECT pg_notify('{EVENTS_CHANNEL}', $1::text) WHERE $7
 """
 
-_READ_SQL = """
-SELECT seq, data, terminal FROM agent_run_events
- WHERE run_id = $1 AND user_id = $2 AND seq > $3 ORDER BY seq LIMIT $4
-"""
-
-_RUN_SQL = """
-SELECT status, log_complete, events_expired FROM agent_runs WHERE id = $1 AND session_id = $2 AND user_id = $3
+# One round trip per read of a follower: the run's state and the next page of its log, in one snapshot (so "the
+# log is complete and has nothing after `position`" is never a race between two reads), plus, when asked and the
+# run still runs, the NOTIFY that makes the process running it write its events as they come. `$5` = 0 reads
+# the state only. The NOTIFY is in an uncorrelated subquery: evaluated once, not per event row.
+_PAGE_SQL = f"""
+WITH run AS (
+    SELECT status, log_complete, events_expired FROM agent_runs WHERE id = $1 AND session_id = $2 AND user_id = $3
+), asked AS (
+    SELECT pg_notify('{CONTROL_CHANNEL}', 'follow:' || $1::text) FROM run WHERE $6 AND status = 'running'
+)
+SELECT run.status, run.log_complete, run.events_expired, (SELECT count(*) FROM asked) AS asked,
+       e.seq, e.data, e.terminal
+  FROM run
+  LEFT JOIN LATERAL (
+      SELECT seq, data, terminal FROM agent_run_events
+       WHERE run_id = $1 AND user_id = $3 AND seq > $4 ORDER BY seq LIMIT $5
+  ) e ON true
+ ORDER BY e.seq
 """
 
 _CANCEL_SQL = f"""
@@ -55,13 +67,17 @@ UPDATE agent_runs
 RETURNING status, pg_notify('{CONTROL_CHANNEL}', 'cancel:' || id::text) IS NULL AS notified
 """
 
-_FOLLOW_SQL = f"SELECT pg_notify('{CONTROL_CHANNEL}', 'follow:' || $1::text)"
-
 
 class RunLogState(BaseModel):
     status: Literal["running", "completed", "failed", "cancelled"]
     log_complete: bool
     events_expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunLogPage:
+    state: RunLogState
+    events: list[LoggedEvent]
 
 
 class EventStore:
@@ -81,19 +97,21 @@ class EventStore:
             batch.notify,
         )
 
-    async def read(self, ctx: RequestContext, run_id: UUID, *, after: int, limit: int) -> list[LoggedEvent]:
-        rows = await self._pool.fetch(_READ_SQL, run_id, ctx.user_id, after, limit)
-        return [LoggedEvent(seq=r["seq"], data=r["data"], terminal=r["terminal"]) for r in rows]
-
-    async def run_state(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> RunLogState | None:
-        row = await self._pool.fetchrow(_RUN_SQL, run_id, session_id, ctx.user_id)
-        return None if row is None else RunLogState.model_validate(dict(row))
+    async def page(
+        self, ctx: RequestContext, session_id: UUID, run_id: UUID, *, after: int, limit: int, ask_live: bool = False
+    ) -> RunLogPage | None:
+        """The run's state and up to `limit` events after seq `after`; None if it is not the caller's run.
+        `ask_live`: if the run still runs, ask its process (over NOTIFY) to write its events as they come."""
+        rows = await self._pool.fetch(_PAGE_SQL, run_id, session_id, ctx.user_id, after, limit, ask_live)
+        if not rows:
+            return None
+        state = RunLogState.model_validate(dict(rows[0]))
+        events = [
+            LoggedEvent(seq=r["seq"], data=r["data"], terminal=r["terminal"]) for r in rows if r["seq"] is not None
+        ]
+        return RunLogPage(state=state, events=events)
 
     async def request_cancel(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> str | None:
         """Mark the run's cancel (if it still runs) and tell its process; its status, or None if not the caller's."""
         row = await self._pool.fetchrow(_CANCEL_SQL, run_id, session_id, ctx.user_id)
         return None if row is None else str(row["status"])
-
-    async def request_live(self, run_id: UUID) -> None:
-        """Ask the process running `run_id` to write its events as they come (a follower is watching)."""
-        await self._pool.execute(_FOLLOW_SQL, str(run_id))
