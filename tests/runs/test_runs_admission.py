@@ -25,6 +25,7 @@ from tests.runs.conftest import (
     warm_up,
 )
 from tests.stubs.deepseek_stub import RecordedRequest, StubReply, StubToolCall
+from tests.support.metrics import delta, scrape
 
 
 def full_run_responder(delay: float) -> Callable[[RecordedRequest], StubReply]:
@@ -129,6 +130,51 @@ async def test_a_full_process_refuses_runs_and_reports_it_on_readiness_until_a_s
         lim.stub.responder = slow_direct(0.0)
         again = await lim.run(other, sid, "now there is room")
         assert types(again.events)[-1] == "RUN_FINISHED", again.body
+
+
+async def test_a_full_process_refuses_run_requests_before_reading_who_sent_them_or_what(
+    h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    """While full, a request to start a run gets its 429 before routing, authentication and validation (the
+    cheap refusal a burst needs): three times the limit of them, one of each kind, all answered alike, and
+    counted; the other routes answer as ever."""
+    await warm_up(h, make_user())
+    async with make_harness(max_concurrent_runs=1) as lim:
+        lim.stub.responder = slow_direct(1.0)
+        user = make_user()
+        sid = await lim.new_session(user)
+        running = asyncio.create_task(lim.run(user, sid, "hi"))
+        async with asyncio.timeout(30):
+            await lim.stub.wait_for_requests(1)
+        before = await scrape(lim.client)
+
+        refused = [
+            await lim.client.post(f"/v1/sessions/{sid}/runs", json={"message": "one more"}, headers=user.headers),
+            await lim.client.post(f"/v1/sessions/{sid}/runs", json={"message": 5}),  # no token, invalid body
+            await lim.client.post("/v1/agui", content=b"not json", headers={"content-type": "application/json"}),
+        ]
+        for response in refused:
+            assert (response.status_code, response.headers["retry-after"]) == (429, "1"), response.text
+            assert response.json() == {
+                "error": {
+                    "code": "server_busy",
+                    "message": "this server runs as many runs as it may (1); retry shortly",
+                    "details": [],
+                    "request_id": response.headers["x-request-id"],
+                    "error_id": None,
+                }
+            }
+        after = await scrape(lim.client)
+        assert delta(before, after, "agent_runtime_admission_refusals_total", reason="server_busy") == 3
+        runs_route = {"method": "POST", "route": "/v1/sessions/{session_id}/runs", "status": "429"}
+        assert delta(before, after, "agent_runtime_http_requests_total", **runs_route) == 2
+        agui_route = {"method": "POST", "route": "/v1/agui", "status": "429"}
+        assert delta(before, after, "agent_runtime_http_requests_total", **agui_route) == 1
+
+        listed = await lim.client.get(f"/v1/sessions/{sid}/runs", headers=user.headers)
+        assert (listed.status_code, listed.json()["total"]) == (200, 1)
+        assert (await lim.client.get("/v1/sessions")).status_code == 401
+        assert types((await running).events)[-1] == "RUN_FINISHED"
 
 
 async def test_a_user_at_their_limit_is_refused_while_other_users_run(

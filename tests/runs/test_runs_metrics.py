@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
@@ -22,24 +21,7 @@ from tests.runs.conftest import (
     warm_up,
 )
 from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-async def _scrape(h: Harness) -> tuple[str, Samples]:
-    response = await h.client.get("/metrics")
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain; version=")
-    samples: Samples = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return response.text, samples
-
-
-def _delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
-    key = (name, tuple(sorted(labels.items())))
-    return after.get(key, 0.0) - before.get(key, 0.0)
+from tests.support.metrics import delta, scrape_text
 
 
 @pytest.fixture
@@ -63,33 +45,33 @@ async def test_metrics_after_a_tool_run(h: Harness, make_user: Callable[[], User
         execution_done("17 + 25 = 42", {"result": "42"}, usage=calls[2]),
         organized("17 + 25 is 42.", usage=calls[3]),
     )
-    _, before = await _scrape(h)
+    _, before = await scrape_text(h.client)
 
     result = await h.run(user, sid, "What is 17 + 25?")
     assert types(result.events)[-1] == "RUN_FINISHED"
-    text, after = await _scrape(h)
+    text, after = await scrape_text(h.client)
 
     model = {"model": MODEL}
-    assert _delta(before, after, "agent_runtime_runs_started_total") == 1
-    assert _delta(before, after, "agent_runtime_runs_finished_total", outcome="completed", error_code="") == 1
-    assert _delta(before, after, "agent_runtime_run_duration_seconds_count", outcome="completed") == 1
-    assert _delta(before, after, "agent_runtime_run_time_to_first_token_seconds_count") == 1
+    assert delta(before, after, "agent_runtime_runs_started_total") == 1
+    assert delta(before, after, "agent_runtime_runs_finished_total", outcome="completed", error_code="") == 1
+    assert delta(before, after, "agent_runtime_run_duration_seconds_count", outcome="completed") == 1
+    assert delta(before, after, "agent_runtime_run_time_to_first_token_seconds_count") == 1
     for stage, count in (("intent", 1), ("execution", 1), ("organization", 1)):
-        assert _delta(before, after, "agent_runtime_stage_duration_seconds_count", stage=stage) == count
-    assert _delta(before, after, "agent_runtime_model_calls_total", outcome="ok", **model) == 4
-    assert _delta(before, after, "agent_runtime_model_call_duration_seconds_count", **model) == 4
+        assert delta(before, after, "agent_runtime_stage_duration_seconds_count", stage=stage) == count
+    assert delta(before, after, "agent_runtime_model_calls_total", outcome="ok", **model) == 4
+    assert delta(before, after, "agent_runtime_model_call_duration_seconds_count", **model) == 4
     # The answer stages stream (intent and organization): each has a first token.
-    assert _delta(before, after, "agent_runtime_model_time_to_first_token_seconds_count", **model) == 2
-    assert _delta(before, after, "agent_runtime_model_tokens_total", type="input", **model) == 4500
-    assert _delta(before, after, "agent_runtime_model_tokens_total", type="cached_input", **model) == 3900
-    assert _delta(before, after, "agent_runtime_model_tokens_total", type="output", **model) == 150
+    assert delta(before, after, "agent_runtime_model_time_to_first_token_seconds_count", **model) == 2
+    assert delta(before, after, "agent_runtime_model_tokens_total", type="input", **model) == 4500
+    assert delta(before, after, "agent_runtime_model_tokens_total", type="cached_input", **model) == 3900
+    assert delta(before, after, "agent_runtime_model_tokens_total", type="output", **model) == 150
     expected_cost = sum((cny_cost(u.prompt_tokens, u.completion_tokens, u.cache_hit_tokens) for u in calls), Decimal(0))
-    cost = _delta(before, after, "agent_runtime_model_cost_cny_total", **model)
+    cost = delta(before, after, "agent_runtime_model_cost_cny_total", **model)
     assert abs(Decimal(str(cost)) - expected_cost) < Decimal("1e-9"), (cost, expected_cost)
-    assert _delta(before, after, "agent_runtime_tool_calls_total", tool="calculator", outcome="ok") == 1
-    assert _delta(before, after, "agent_runtime_tool_call_duration_seconds_count", tool="calculator") == 1
+    assert delta(before, after, "agent_runtime_tool_calls_total", tool="calculator", outcome="ok") == 1
+    assert delta(before, after, "agent_runtime_tool_call_duration_seconds_count", tool="calculator") == 1
     route = {"method": "POST", "route": "/v1/sessions/{session_id}/runs", "status": "200"}
-    assert _delta(before, after, "agent_runtime_http_requests_total", **route) == 1
+    assert delta(before, after, "agent_runtime_http_requests_total", **route) == 1
     assert ("agent_runtime_db_pool_max_connections", ()) in after
 
     # Bounded labels: no id of the user, the session or the run is a label value anywhere.
@@ -104,13 +86,13 @@ async def test_metrics_count_a_failed_run_by_error_code(h: Harness, make_user: C
     await warm_up(h, user)
     sid = await h.new_session(user)
     h.stub.enqueue(*[StubFault(kind="status", status=500)] * 3)
-    _, before = await _scrape(h)
+    _, before = await scrape_text(h.client)
 
     result = await h.run(user, sid, "hello")
 
     assert types(result.events)[-1] == "RUN_ERROR"
-    _, after = await _scrape(h)
+    _, after = await scrape_text(h.client)
     code = result.events[-1]["code"]
-    assert _delta(before, after, "agent_runtime_runs_finished_total", outcome="failed", error_code=code) == 1
+    assert delta(before, after, "agent_runtime_runs_finished_total", outcome="failed", error_code=code) == 1
     assert code == "llm_server_error"
-    assert _delta(before, after, "agent_runtime_model_calls_total", model=MODEL, outcome="llm_server_error") == 1
+    assert delta(before, after, "agent_runtime_model_calls_total", model=MODEL, outcome="llm_server_error") == 1

@@ -9,10 +9,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
+from starlette.types import Scope
 
 from agent_runtime.api.errors import install_error_handlers
-from agent_runtime.api.middleware import RequestContextMiddleware
+from agent_runtime.api.middleware import RequestContextMiddleware, Shedder
 from agent_runtime.api.openapi import install_openapi
 from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.runtime import open_engine
@@ -87,5 +89,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         RequestContextMiddleware,
         max_body_bytes=settings.max_request_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
+        shed=shed_run_starts(app),
     )
     return app
+
+
+def shed_run_starts(app: FastAPI) -> Shedder:
+    """Refuses a request to start a run while this process is full or draining, with the admission's own
+    429/503, before FastAPI routes, authenticates and validates it (~0.1 ms instead of ~0.8 ms of the loop's
+    time per refusal). The run route still takes its slot through the admission: this is only the fast no."""
+    # The runs router's own routes: it carries the full path (`/v1` prefix) and is included without another.
+    starts = [
+        route
+        for route in runs.router.routes
+        if isinstance(route, APIRoute)
+        and route.endpoint in runs.RUN_STARTING_ENDPOINTS
+        and "POST" in (route.methods or ())
+    ]
+
+    def shed(scope: Scope) -> None:
+        engine = getattr(app.state, "engine", None)
+        if scope.get("method") != "POST" or engine is None:
+            return
+        for route in starts:
+            if route.path_regex.match(scope["path"]):
+                scope["route"] = route  # the metrics label the router would have set
+                engine.runs.admission.check()
+                return
+
+    return shed

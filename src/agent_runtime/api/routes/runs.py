@@ -162,3 +162,8 @@ async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> Streaming
     new user messages and results for pending frontend tool calls are taken (anything else is reported in a
     CUSTOM `input_ignored` event); `resume` answers the interrupts of the previous run."""
     return _sse(await engine.runs.start_agui(ctx, body))
+
+
+# The routes that start a run: while the process is full or draining, the middleware refuses them before
+# they are routed, authenticated or parsed (api/app.py, `shed_run_starts`).
+RUN_STARTING_ENDPOINTS = (run_session, run_agui)

@@ -26,8 +26,9 @@ class Admission:
     def full(self) -> bool:
         return self.in_flight >= self.limit
 
-    def admit(self) -> None:
-        """Take a run slot, or raise the 503/429 the client gets before any stream starts."""
+    def check(self) -> None:
+        """Raise the 503/429 a new run would get now, without taking a slot: the HTTP layer sheds with it
+        before it authenticates or parses a run request (api/middleware.py)."""
         if self.draining:
             metrics.admission_refused(ShuttingDownError.code)
             raise ShuttingDownError("the server is shutting down; retry on another instance", retry_after=1)
@@ -37,6 +38,10 @@ class Admission:
                 f"this server runs as many runs as it may ({self.limit}); retry shortly",
                 retry_after=_RETRY_AFTER_SECONDS,
             )
+
+    def admit(self) -> None:
+        """Take a run slot, or raise the 503/429 the client gets before any stream starts."""
+        self.check()
         self.in_flight += 1
         metrics.runs_in_flight(self.in_flight)
 
