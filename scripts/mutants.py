@@ -33,9 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "scripts" / "mutants.toml"
-# A compiled-bytecode cache shared by the runs: without it (PYTHONDONTWRITEBYTECODE is common in CI images)
-# every pytest process recompiles LiteLLM and CrewAI from source, ~5 s of CPU each time.
-PYCACHE = Path(tempfile.gettempdir()) / f"agent-runtime-mutants-pycache-{os.getuid()}"
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider"]
 _FAILED_LINE = re.compile(r"^(FAILED|ERROR) (\S+)")
 
@@ -146,12 +143,15 @@ def make_scratch(parent: Path, index: int, files: list[str]) -> Path:
 def child_env(scratch: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(scratch / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    # Bytecode in the usual __pycache__ directories: the venv's are warm from the pytest run before (CI) or any
+    # earlier one, and the scratch tree's from its previous mutant. (PYTHONDONTWRITEBYTECODE is common in CI
+    # images: without bytecode every pytest process recompiles LiteLLM and CrewAI, ~5 s of CPU each time.) A
+    # cache under PYTHONPYCACHEPREFIX instead started cold in every new clone: ~80 s more for the 95 mutants.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     # Data files must come from the copy (agent_runtime/resources.py falls back to the tree the package is
     # imported from); a setting pointing elsewhere would test the unmutated migrations or config.
     for name in ("MIGRATIONS_DIR", "CONFIG_DIR", "CREWAI_CONFIG_DIR", "PRICING_FILE"):
         env.pop(name, None)
-    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
     return env
 
 
