@@ -131,16 +131,16 @@ class RequestContextMiddleware:
             if self.shed is not None:
                 try:
                     self.shed(scope)
-                except AppError as shed:  # after the body is read: the connection can carry the next request
-                    status_holder[0] = shed.status_code
+                except AppError as refusal:  # after the body is read: the connection can carry the next request
+                    status_holder[0] = refusal.status_code
                     await _send_json_error(
                         send,
-                        shed.status_code,
-                        shed.code,
-                        shed.message,
+                        refusal.status_code,
+                        refusal.code,
+                        refusal.message,
                         request_id,
                         close=False,
-                        retry_after=shed.retry_after,
+                        retry_after=refusal.retry_after,
                     )
                     return
             try:

@@ -77,7 +77,8 @@ class RunEventHub:
         the caller's, 410 when retention removed its events), so that an error is an HTTP status, not a stream."""
         local = self._logs.get(run_id)
         # For a run that runs elsewhere, the statement that checks it also reads the first page and asks the
-        # process running it to write its events as they come: one round trip instead of four.
+        # process running it to write its events as they come: a live resume waits after two statements (this
+        # one and a re-read) instead of five, and a finished run replays in one instead of two.
         first = await self._store.page(
             ctx, session_id, run_id, after=after, limit=0 if local is not None else _READ_BATCH, ask_live=local is None
         )
@@ -93,11 +94,12 @@ class RunEventHub:
         self, ctx: RequestContext, session_id: UUID, run_id: UUID, after: int, page: RunLogPage
     ) -> AsyncIterator[LoggedEvent]:
         # Registered here, not before the first page was read: a stream that is never iterated must not leave
-        # its waiter behind. So the first re-read does not wait: a notification that came in between is not lost.
+        # its waiter behind. So it reads once more before it first waits: a notification that came in between
+        # is not lost.
         wake = asyncio.Event()
         self._waiters.setdefault(run_id, set()).add(wake)
         try:
-            position, registered_before_read = after, False
+            position, read_since_registered = after, False
             while True:
                 for event in page.events:
                     yield event
@@ -109,11 +111,11 @@ class RunEventHub:
                     # (the client saw the terminal event already, or the run predates the log).
                     if page.state.log_complete:
                         return
-                    if registered_before_read:
+                    if read_since_registered:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(wake.wait(), _POLL_SECONDS)
                 wake.clear()  # before reading: a notification that comes while we read is not lost
-                registered_before_read = True
+                read_since_registered = True
                 next_page = await self._store.page(ctx, session_id, run_id, after=position, limit=_READ_BATCH)
                 if next_page is None:
                     return  # deleted meanwhile
