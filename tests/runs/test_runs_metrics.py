@@ -21,7 +21,7 @@ from tests.runs.conftest import (
     warm_up,
 )
 from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
-from tests.support.metrics import delta, scrape_text
+from tests.support.metrics import delta, scrape, scrape_text
 
 
 @pytest.fixture
@@ -45,11 +45,12 @@ async def test_metrics_after_a_tool_run(h: Harness, make_user: Callable[[], User
         execution_done("17 + 25 = 42", {"result": "42"}, usage=calls[2]),
         organized("17 + 25 is 42.", usage=calls[3]),
     )
-    _, before = await scrape_text(h.client)
+    before = await scrape(h.client)
 
     result = await h.run(user, sid, "What is 17 + 25?")
     assert types(result.events)[-1] == "RUN_FINISHED"
-    text, after = await scrape_text(h.client)
+    scraped = await scrape_text(h.client)
+    text, after = scraped.text, scraped.samples
 
     model = {"model": MODEL}
     assert delta(before, after, "agent_runtime_runs_started_total") == 1
@@ -86,12 +87,12 @@ async def test_metrics_count_a_failed_run_by_error_code(h: Harness, make_user: C
     await warm_up(h, user)
     sid = await h.new_session(user)
     h.stub.enqueue(*[StubFault(kind="status", status=500)] * 3)
-    _, before = await scrape_text(h.client)
+    before = await scrape(h.client)
 
     result = await h.run(user, sid, "hello")
 
     assert types(result.events)[-1] == "RUN_ERROR"
-    _, after = await scrape_text(h.client)
+    after = await scrape(h.client)
     code = result.events[-1]["code"]
     assert delta(before, after, "agent_runtime_runs_finished_total", outcome="failed", error_code=code) == 1
     assert code == "llm_server_error"

@@ -103,7 +103,7 @@ async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_fo
     assert agui == ["thread", "start", "snapshot", "window", "finish", "events"]
 
 
-async def test_resuming_a_finished_run_is_one_statement_however_much_it_replays(
+async def test_resuming_a_finished_run_is_one_statement_whether_it_replays_all_or_nothing(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-async def scrape_text(client: httpx.AsyncClient) -> tuple[str, Samples]:
+@dataclass(frozen=True)
+class Scrape:
+    text: str
+    samples: Samples
+
+
+async def scrape_text(client: httpx.AsyncClient) -> Scrape:
     response = await client.get("/metrics")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=")
@@ -16,11 +24,11 @@ async def scrape_text(client: httpx.AsyncClient) -> tuple[str, Samples]:
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return response.text, samples
+    return Scrape(response.text, samples)
 
 
 async def scrape(client: httpx.AsyncClient) -> Samples:
-    return (await scrape_text(client))[1]
+    return (await scrape_text(client)).samples
 
 
 def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
