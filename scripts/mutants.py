@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -31,9 +33,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from mutants_zygote import CREWAI_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 CATALOGUE = ROOT / "scripts" / "mutants.toml"
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider"]
+ZYGOTE = ROOT / "scripts" / "mutants_zygote.py"
 _FAILED_LINE = re.compile(r"^(FAILED|ERROR) (\S+)")
 
 
@@ -95,6 +100,8 @@ def check_applies(mutants: list[Mutant], root: Path = ROOT) -> list[str]:
         if count != 1:
             where = "not found" if count == 0 else f"found {count} times"
             problems.append(f"{mutant.name}: original text {where} in {mutant.file} (the code moved: update it)")
+        if Path(mutant.file) == CREWAI_ENV:
+            problems.append(f"{mutant.name}: {mutant.file} is loaded unmutated by the zygote (mutants_zygote.py)")
         if mutant.original == mutant.replacement:
             problems.append(f"{mutant.name}: replacement equals the original")
         for test in mutant.tests:
@@ -176,7 +183,8 @@ class Worker:
         self.scratch = scratch
         self.time_limit = time_limit
         self._writes = 0
-        self.process: asyncio.subprocess.Process | None = None
+        self.zygote: asyncio.subprocess.Process | None = None
+        self.child: int | None = None
 
     async def run(self, mutant: Mutant) -> Outcome:
         target = self.scratch / mutant.file
@@ -199,28 +207,43 @@ class Worker:
 
     async def pytest(self, tests: list[str]) -> tuple[int | None, str]:
         """pytest on `tests` in this tree: (exit status, output); None when it ran past the time limit."""
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "pytest",
-            *PYTEST_ARGS,
-            *tests,
-            cwd=self.scratch,
-            env=child_env(self.scratch),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        zygote = await self.start()
+        assert zygote.stdin is not None and zygote.stdout is not None
+        output = self.scratch.parent / f"{self.scratch.name}.out"
+        request = {"args": [*PYTEST_ARGS, *tests], "output": str(output)}
+        zygote.stdin.write(json.dumps(request).encode() + b"\n")
+        await zygote.stdin.drain()
+        self.child = int(await self._reply(zygote, "started"))
         try:
-            output, _ = await asyncio.wait_for(self.process.communicate(), self.time_limit)
+            code = int(await asyncio.wait_for(self._reply(zygote, "exited"), self.time_limit))
         except TimeoutError:
             self.kill()
-            await self.process.wait()
+            await self._reply(zygote, "exited")
             return None, ""
         finally:
-            code = self.process.returncode
-            self.process = None
-        return code, output.decode(errors="replace")
+            self.child = None
+        return code, output.read_text(errors="replace")
+
+    async def start(self) -> asyncio.subprocess.Process:
+        """Start this worker's zygote (it preloads while the caller goes on); the running one if started."""
+        if self.zygote is None:
+            self.zygote = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(ZYGOTE),
+                cwd=self.scratch,
+                env=child_env(self.scratch),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        return self.zygote
+
+    @staticmethod
+    async def _reply(zygote: asyncio.subprocess.Process, word: str) -> str:
+        assert zygote.stdout is not None
+        line = (await zygote.stdout.readline()).decode().split()
+        if len(line) != 2 or line[0] != word:
+            raise RuntimeError(f"mutants: the zygote said {line!r} where {word!r} was expected (did it die?)")
+        return line[1]
 
     async def _pytest(self, mutant: Mutant, started: float) -> Outcome:
         code, text = await self.pytest(list(mutant.tests))
@@ -230,18 +253,20 @@ class Worker:
         failed = [m.group(2) for m in map(_FAILED_LINE.match, text.splitlines()) if m]
         if code == 1:
             return Outcome(mutant, "caught", seconds, failed[0] if failed else "tests failed")
-        if code < 0 and failed:
-            # A test failed and reported it; the interpreter then died at exit. Seen once in ~300 runs: SIGABRT
-            # ("FATAL: exception not rethrown") when the process ends while the daemon warm-up thread is still
-            # importing CrewAI/LiteLLM (a mutant's run is over in ~2 s; the import takes ~10).
-            return Outcome(mutant, "caught", seconds, f"{failed[0]} (then pytest died of signal {-code} at exit)")
         if code == 0:
             return Outcome(mutant, "survived", seconds, "every selected test passed")
         return Outcome(mutant, "error", seconds, f"pytest exit {code}:\n{text[-3000:]}")
 
     def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.child, signal.SIGKILL)
+
+    async def close(self) -> None:
+        self.kill()
+        if self.zygote is not None and self.zygote.returncode is None:
+            self.zygote.kill()
+            await self.zygote.wait()
 
 
 class BaselineFailedError(Exception):
@@ -262,6 +287,7 @@ async def run_all(
     workers = [Worker(make_scratch(parent, i, files), time_limit) for i in range(min(jobs, len(mutants)))]
     for worker in workers:
         assert_scratch_is_imported(worker.scratch)
+        await worker.start()
     if baseline:
         started = time.monotonic()
         code, text = await workers[0].pytest(selected_tests(mutants))
@@ -284,7 +310,7 @@ async def run_all(
         await asyncio.gather(*(drain(w) for w in workers))
     finally:
         for worker in workers:
-            worker.kill()
+            await worker.close()
     order = {m.name: i for i, m in enumerate(mutants)}
     return sorted(outcomes, key=lambda o: order[o.mutant.name])
 
