@@ -110,7 +110,7 @@ async def _measure(path: str, runs: int, concurrency: int, latency: float, batch
     data_dir = Path(tempfile.mkdtemp(prefix="crewai-bench-"))
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
     load_crewai(data_dir)
-    run_flow = _runner(path, FlowThreads(concurrency))
+    run_flow = _runner(path, FlowThreads(concurrency, cpu_slots=1))
 
     await run_flow("NEEDS_EXECUTION", 0.0)  # warm-up: lazy imports, schema caches, the bus's executor
     await run_flow("DIRECT_EXECUTION", 0.0)

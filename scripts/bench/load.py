@@ -37,9 +37,11 @@ from load_kit import (
     Target,
     client,
     create_database,
+    curl_burst,
     drop_database,
     loadavg,
     pct,
+    start_floor,
     start_ours,
     start_peer,
     start_stub,
@@ -232,8 +234,11 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
     print(f"\nload average after: {loadavg()}")
 
 
-async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
-    print(f"\n### {args.burst} concurrent runs at {args.latency:g} s per call, default MAX_CONCURRENT_RUNS (ours)")
+async def phase_burst(
+    http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace, workdir: Path
+) -> None:
+    limit = args.burst_limit or "the default"
+    print(f"\n### {args.burst} concurrent runs at {args.latency:g} s per call, ours with MAX_CONCURRENT_RUNS {limit}")
     print(f"load average before: {loadavg()}\n")
     print(
         "| target | completed | 429 | other failures | 429 latency p50 / p99 / max (ms) | 429 server-side p50 / p99 "
@@ -267,12 +272,40 @@ async def phase_burst(http: aiohttp.ClientSession, targets: list[Target], args: 
             f"{server_side} | "
             f"{pct(done, 0.5):.2f} / {pct(done, 0.99):.2f} | {loop.elapsed:.1f} |"
         )
+    # The same burst against servers that only refuse: what the load generator, the kernel and a bare HTTP server
+    # cost here, below anything an app can do. Then all of it again from curl (C, one process): aiohttp's own
+    # share of a burst of 500 on these two cores is most of the floor.
+    sessions = targets[0].sessions[: args.burst]
+    floors = {kind: await start_floor(kind, workdir) for kind in ("raw", "uvicorn")}
+    try:
+        for kind, server in floors.items():
+            floor = Target(f"floor: {kind}", server)
+            t0 = time.monotonic()
+            runs = await asyncio.gather(*(floor.run(http, s, text_for(args.latency)) for s in sessions))
+            _refusal_row(floor.name, [(r.status, r.wall) for r in runs], time.monotonic() - t0)
+        if shutil.which("curl"):
+            for name, base in [("ours", targets[0].server.base), *((f"floor: {k}", f.base) for k, f in floors.items())]:
+                t0 = time.monotonic()
+                answers = await curl_burst(base, sessions, text_for(args.latency), workdir)
+                _refusal_row(f"{name}, from curl", answers, time.monotonic() - t0)
+    finally:
+        for server in floors.values():
+            server.stop()
     if steady:
         print(
             f"\nours, 100 requests one at a time while full (4 s after the burst): 429 latency p50 / p99 / max "
             f"{_ms(pct(steady, 0.5))} / {_ms(pct(steady, 0.99))} / {_ms(max(steady))} ms"
         )
     print(f"\nload average after: {loadavg()}")
+
+
+def _refusal_row(name: str, answers: list[tuple[int, float]], elapsed: float) -> None:
+    refused = [wall for status, wall in answers if status == 429]
+    done = [wall for status, wall in answers if status == 200]
+    other = len(answers) - len(refused) - len(done)
+    latency = f"{_ms(pct(refused, 0.5))} / {_ms(pct(refused, 0.99))} / {_ms(max(refused))}" if refused else "-"
+    walls = f"{pct(done, 0.5):.2f} / {pct(done, 0.99):.2f}" if done else "-"
+    print(f"| {name} | {len(done)} | {len(refused)} | {other} | {latency} | - | {walls} | {elapsed:.1f} |")
 
 
 async def phase_soak(http: aiohttp.ClientSession, targets: list[Target], args: argparse.Namespace) -> None:
@@ -360,10 +393,12 @@ async def main(args: argparse.Namespace) -> None:
                 await phase_soak(http, [ours], args)
             if args.burst:
                 ours.server.stop()
-                default = Target("ours", await start_ours("ours_default", database_url, stub, workdir, {}), stub=stub)
+                limit = {"MAX_CONCURRENT_RUNS": str(args.burst_limit)} if args.burst_limit else {}
+                server = await start_ours("ours_default", database_url, stub, workdir, limit)
+                default = Target("ours", server, stub=stub)
                 servers.append(default.server)
                 default.sessions = ours.sessions
-                await phase_burst(http, [default, *targets[1:]], args)
+                await phase_burst(http, [default, *targets[1:]], args, workdir)
     finally:
         for server in reversed(servers):
             server.stop()
@@ -385,6 +420,9 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=float, default=0.5, help="model latency per call in the waves (s)")
     parser.add_argument("--waves", type=_ints, default=[20, 100, 200], help="concurrent runs per wave")
     parser.add_argument("--burst", type=int, default=500, help="runs at once against the default limit (0: skip)")
+    parser.add_argument(
+        "--burst-limit", type=int, default=0, help="our MAX_CONCURRENT_RUNS for the burst (0: the shipped default)"
+    )
     parser.add_argument("--clients", type=int, default=32, help="closed-loop clients for saturation")
     parser.add_argument("--seconds", type=float, default=20, help="length of each closed-loop measurement")
     parser.add_argument("--rounds", type=int, default=2, help="saturation rounds (ours and peer alternate)")

@@ -171,6 +171,15 @@ async def start_peer(peer_dir: Path, venv: Path, stub: Server, workdir: Path) ->
     return server
 
 
+async def start_floor(kind: str, workdir: Path) -> Server:
+    """A server that refuses every request with ours's 429 and does nothing else (refusal_floor.py)."""
+    port = free_port()
+    argv = [sys.executable, str(ROOT / "scripts/bench/refusal_floor.py"), "--port", str(port), "--kind", kind]
+    server = _launch(f"floor-{kind}", argv, dict(os.environ), workdir, port)
+    await wait_ready(server, "/health")
+    return server
+
+
 async def create_database() -> str:
     name = f"agent_runtime_bench_{uuid.uuid4().hex[:10]}"
     conn = await asyncpg.connect(ADMIN_URL)
@@ -340,6 +349,27 @@ async def read_stream(request: Any, *, full: bool) -> Run:
     run.wall = time.perf_counter() - t0
     frames.check()
     return run
+
+
+async def curl_burst(base: str, sessions: list[Session], text: str, workdir: Path) -> list[tuple[int, float]]:
+    """Each session's run request, all at once from one curl process: (status, seconds) per request.
+
+    curl does not check the streams (a 200 counts whatever it carried); its point is the 429s' latency with a
+    client that costs next to nothing."""
+    body = json.dumps({"message": text})
+    config = workdir / "burst.curl"
+    config.write_text(
+        "\nnext\n".join(
+            f'url = "{base}/v1/sessions/{s.id}/runs"\nrequest = "POST"\nheader = "Authorization: Bearer {s.token}"\n'
+            f'header = "Content-Type: application/json"\ndata = {json.dumps(body)}\noutput = "/dev/null"\n'
+            'write-out = "%{http_code} %{time_total}\\n"'
+            for s in sessions
+        )
+    )
+    argv = ["curl", "-s", "-Z", "--parallel-max", str(len(sessions)), "--parallel-immediate", "-K", str(config)]
+    process = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out, _ = await process.communicate()
+    return [(int(code), float(seconds)) for code, seconds in (line.split() for line in out.decode().splitlines())]
 
 
 def connector() -> aiohttp.TCPConnector:

@@ -60,7 +60,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*")
 FlowRunner = Literal["thread", "loop"]
 BOTH_RUNNERS = pytest.mark.parametrize("runner", ["thread", "loop"])
 # "thread": the production set-up (the run service's bounded pools); "loop": the flow on the test's own loop.
-FLOW_THREADS = FlowThreads(4)
+FLOW_THREADS = FlowThreads(4, cpu_slots=1)
 
 TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 
-from agent_runtime.engine.flow.threads import FlowThreads
+from agent_runtime.engine.flow.threads import FlowThreads, waiting_for_the_loop
 
 _marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
 
@@ -19,7 +20,7 @@ async def _where() -> tuple[str, str, asyncio.AbstractEventLoop, str]:
 
 
 async def test_a_flow_runs_on_a_flow_thread_with_its_own_loop_and_its_steps_on_the_step_pool() -> None:
-    threads = FlowThreads(2)
+    threads = FlowThreads(2, cpu_slots=1)
     try:
         flow_thread, step_thread, loop, seen = await threads.run(_where)
         assert flow_thread.startswith("crewai-flow")
@@ -41,7 +42,7 @@ async def test_a_flow_runs_on_a_flow_thread_with_its_own_loop_and_its_steps_on_t
 
 
 async def test_the_pools_are_bounded_and_never_the_loops_default_executor() -> None:
-    threads = FlowThreads(2)
+    threads = FlowThreads(2, cpu_slots=1)
     lock = threading.Lock()
     inside = most = 0
     release = asyncio.Event()
@@ -69,4 +70,53 @@ async def test_the_pools_are_bounded_and_never_the_loops_default_executor() -> N
         await asyncio.gather(*runs)
         assert most == 2
     finally:
+        threads.shutdown()
+
+
+async def test_at_most_cpu_slots_crewai_threads_run_at_once_and_waiting_for_the_loop_frees_a_slot() -> None:
+    threads = FlowThreads(6, cpu_slots=2)
+    lock = threading.Lock()
+    running = most = waiting = 0
+    all_waiting = asyncio.Event()
+    release = asyncio.Event()
+    app_loop = asyncio.get_running_loop()
+
+    def busy() -> None:
+        # CrewAI code holding its slot: sleeps release the GIL, not the slot, so without slots all six overlap.
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        deadline = time.monotonic() + 1
+        while running < 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.02)
+        with lock:
+            running -= 1
+
+    def step() -> None:
+        nonlocal waiting
+        busy()
+        with lock:
+            waiting += 1
+            if waiting == 6:
+                app_loop.call_soon_threadsafe(all_waiting.set)
+        # A model call: every run's step must get here, whatever the slots, or the runs would wait on each other.
+        with waiting_for_the_loop():
+            asyncio.run_coroutine_threadsafe(release.wait(), app_loop).result()
+        busy()
+
+    async def flow() -> None:
+        busy()  # on the flow thread
+        await asyncio.to_thread(step)  # on a step thread, while this loop waits
+        busy()
+
+    try:
+        runs = [asyncio.create_task(threads.run(flow)) for _ in range(6)]
+        await asyncio.wait_for(all_waiting.wait(), 10)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*runs), 10)
+        assert most == 2
+    finally:
+        release.set()
         threads.shutdown()

@@ -70,6 +70,7 @@ from agent_runtime.engine.flow.model_call import (
     StageOutputError,
     ToolResultObserved,
 )
+from agent_runtime.engine.flow.threads import waiting_for_the_loop
 from agent_runtime.engine.flow.wire import (
     repair_instruction,
     strip_code_fence,
@@ -193,7 +194,8 @@ class _DelegatingLLMBody(BaseModel):
         # hands the coroutine to the loop that owns our LLM layer and waits for it.
         future = self._submit(messages, tools, response_model)
         try:
-            return future.result()
+            with waiting_for_the_loop():
+                return future.result()
         except concurrent.futures.CancelledError as exc:
             raise StageCancelledError(f"stage {self.stage!r}: the model call was cancelled") from exc
         finally:

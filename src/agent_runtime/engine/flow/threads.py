@@ -15,17 +15,64 @@ timed out; docs/threads.md). Now:
 Both are sized from `MAX_CONCURRENT_RUNS`, and admission control never admits more runs than that, so a
 run never waits for a thread. No thread of either pool waits for a thread of its own pool, and neither is
 the default executor that LiteLLM, DNS look-ups and `asyncio.to_thread` on the app's loop use.
+
+CPU slots (`CREWAI_CPU_SLOTS`, default 1): how many of these threads, across all runs, may run Python at
+once. Without them, 64 runs starting together meant ~128 runnable threads taking turns at the GIL with the
+event loop, which then got about one turn in a hundred: requests, refusals, RUN_STARTED and SSE writes
+waited seconds (first event p99 at 200 runs at once 6.9-10.8 s; 429s in a burst of 500, sent by curl, up to
+3.3-6.1 s). With one slot the loop competes with one CrewAI thread at a time: 4.3-5.5 s and 1.5-2.2 s in the
+same runs, throughput unchanged (one GIL either way; docs/threads.md). A thread holds its slot only while it
+runs CrewAI code: a flow thread gives it back whenever its private loop waits (`_SlotSelector`), a step
+thread while it waits for the app's loop (`waiting_for_the_loop`, around every model call and tool) and at
+the end of its step. No thread ever waits for a slot while holding one, or while holding anything the app's
+loop or a slot holder needs, so the slots cannot deadlock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
-from collections.abc import Callable, Coroutine
+import selectors
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
+
+# The slot a `crewai-step` thread holds while it runs a step (per thread: pool threads are reused).
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def waiting_for_the_loop() -> Iterator[None]:
+    """Give this thread's CPU slot back while it blocks on the app's loop (a model call, a tool); a no-op on a
+    thread that holds none (a flow driven without `FlowThreads`, as some tests do)."""
+    slot: threading.Semaphore | None = getattr(_held, "slot", None)
+    if slot is None:
+        yield
+        return
+    slot.release()
+    try:
+        yield
+    finally:
+        slot.acquire()
+
+
+class _SlotSelector(selectors.DefaultSelector):
+    """A flow's private loop waits for its step (or anything else) in `select`: without its slot."""
+
+    def __init__(self, slot: threading.Semaphore) -> None:
+        super().__init__()
+        self._slot = slot
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self._slot.release()
+        try:
+            return super().select(timeout)
+        finally:
+            self._slot.acquire()
 
 
 class _PoolView(ThreadPoolExecutor):
@@ -36,24 +83,35 @@ class _PoolView(ThreadPoolExecutor):
     of its own (ThreadPoolExecutor only starts them in `submit`, which is overridden).
     """
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, slot: threading.Semaphore) -> None:
         super().__init__(max_workers=1)
         self._pool = pool
+        self._slot = slot
 
     def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
-        return self._pool.submit(fn, *args, **kwargs)
+        return self._pool.submit(self._slotted, fn, *args, **kwargs)
+
+    def _slotted(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        self._slot.acquire()
+        _held.slot = self._slot
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _held.slot = None
+            self._slot.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
 
 
 class FlowThreads:
-    """The two pools; build one per process (the run service does) and `shutdown()` it at exit."""
+    """The two pools and the CPU slots; build one per process (the run service does), `shutdown()` it at exit."""
 
-    def __init__(self, max_runs: int) -> None:
+    def __init__(self, max_runs: int, *, cpu_slots: int) -> None:
         self.max_runs = max_runs
         self._flows = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="crewai-flow")
         self._steps = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="crewai-step")
+        self._slot = threading.Semaphore(cpu_slots)
 
     async def run(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Run the coroutine `make()` builds on a private loop in a `crewai-flow` thread; await its result.
@@ -71,12 +129,16 @@ class FlowThreads:
 
     def _drive(self, make: Callable[[], Coroutine[Any, Any, _T]], context: contextvars.Context) -> _T:
         def new_loop() -> asyncio.AbstractEventLoop:
-            loop = asyncio.new_event_loop()
-            loop.set_default_executor(_PoolView(self._steps))
+            loop = asyncio.SelectorEventLoop(_SlotSelector(self._slot))
+            loop.set_default_executor(_PoolView(self._steps, self._slot))
             return loop
 
-        with asyncio.Runner(loop_factory=new_loop) as runner:
-            return runner.run(make(), context=context)
+        self._slot.acquire()
+        try:
+            with asyncio.Runner(loop_factory=new_loop) as runner:
+                return runner.run(make(), context=context)
+        finally:
+            self._slot.release()
 
     def shutdown(self) -> None:
         """Stop accepting work; threads still driving a flow finish on their own (they cannot be interrupted)."""

@@ -19,6 +19,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
 from agent_runtime.engine.flow.model_call import StageCancelledError
+from agent_runtime.engine.flow.threads import waiting_for_the_loop
 from agent_runtime.engine.flow.tools import RunToolSet, Tool, ToolOutcome
 
 require_crewai_env()
@@ -87,7 +88,8 @@ class RuntimeToolAdapter(BaseTool):
         # Called on an executor worker thread; CrewAI has no async tool path there (it would asyncio.run()).
         future = self._submit(kwargs)
         try:
-            return future.result().content
+            with waiting_for_the_loop():
+                return future.result().content
         except concurrent.futures.CancelledError as exc:
             raise StageCancelledError(f"tool {self.name!r}: the run was stopped") from exc
         finally:

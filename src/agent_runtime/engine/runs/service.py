@@ -87,7 +87,7 @@ class RunService:
         self._draining: asyncio.Task[None] | None = None
         self.admission = Admission(settings.max_concurrent_runs)
         self.store = RunStore(pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds)
-        self._threads = FlowThreads(settings.max_concurrent_runs)
+        self._threads = FlowThreads(settings.max_concurrent_runs, cpu_slots=settings.crewai_cpu_slots)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(
             self.store,
