@@ -26,6 +26,10 @@ from pathlib import Path
 
 # The one module the zygote loads from the tree; mutants.py keeps mutants out of it.
 CREWAI_ENV = Path("src/agent_runtime/engine/flow/crewai_env.py")
+PRELOADED = (
+    *("litellm", "pytest", "schemathesis", "hypothesis", "fastapi", "asyncpg", "uvicorn", "httpx", "aiohttp"),
+    *("prometheus_client", "jwt", "yaml"),
+)
 
 
 def preload() -> None:
@@ -35,8 +39,10 @@ def preload() -> None:
     crewai_env = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(crewai_env)
     crewai_env.load_crewai(Path(tempfile.mkdtemp(prefix="mutants-zygote-")))
-    import litellm  # noqa: F401
-    import pytest  # noqa: F401
+    # The rest of what a child would import before its first test: pytest and its plugins (schemathesis pulls
+    # in hypothesis), the app's own third-party stack. Measured: 3.3 -> 2.3 s for an engine-level mutant.
+    for name in PRELOADED:
+        importlib.import_module(name)
 
 
 def run_child(args: list[str], output: str) -> None:
