@@ -25,14 +25,14 @@ def server(warm_server: ServeProcess) -> ServeProcess:
 
 
 async def _read_until_closed(reader: asyncio.StreamReader, limit: float) -> bytes:
-    """What the server sent before it closed the connection (a reset counts as closed: a client still
-    sending when the server closes gets one)."""
+    """What the server sent before it closed the connection (a reset or a broken pipe counts as closed: a client
+    still sending when the server closes gets one, and its reader then raises it)."""
     received = b""
     async with asyncio.timeout(limit):
         try:
             while chunk := await reader.read(65_536):
                 received += chunk
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):
             pass
     return received
 
