@@ -7,6 +7,9 @@ import contextvars
 import threading
 import time
 
+import pytest
+
+import agent_runtime.engine.flow.threads as threads_module
 from agent_runtime.engine.flow.threads import FlowThreads, waiting_for_the_loop
 
 _marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
@@ -119,4 +122,31 @@ async def test_at_most_cpu_slots_crewai_threads_run_at_once_and_waiting_for_the_
         assert most == 2
     finally:
         release.set()
+        threads.shutdown()
+
+
+async def test_a_step_that_waits_on_another_step_goes_on_without_a_slot_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One slot, held by a step that synchronously waits for a second step of its own flow (no CrewAI path of
+    # ours does this; a library version could): the second step gives up waiting for the slot and runs.
+    monkeypatch.setattr(threads_module, "SLOT_WAIT_SECONDS", 0.2)
+    threads = FlowThreads(2, cpu_slots=1)
+
+    async def flow() -> str:
+        private_loop = asyncio.get_running_loop()
+
+        async def inner_step() -> str:
+            return await asyncio.to_thread(lambda: "inner ran")
+
+        def outer_step() -> str:
+            return asyncio.run_coroutine_threadsafe(inner_step(), private_loop).result()
+
+        return await asyncio.to_thread(outer_step)
+
+    try:
+        assert await asyncio.wait_for(threads.run(flow), 10) == "inner ran"
+        # And again: the slot the first flow took was given back.
+        assert await asyncio.wait_for(threads.run(flow), 10) == "inner ran"
+    finally:
         threads.shutdown()

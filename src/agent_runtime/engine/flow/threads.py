@@ -24,8 +24,9 @@ waited seconds (first event p99 at 200 runs at once 6.9-10.8 s; 429s in a burst 
 same runs, throughput unchanged (one GIL either way; docs/threads.md). A thread holds its slot only while it
 runs CrewAI code: a flow thread gives it back whenever its private loop waits (`_SlotSelector`), a step
 thread while it waits for the app's loop (`waiting_for_the_loop`, around every model call and tool) and at
-the end of its step. No thread ever waits for a slot while holding one, or while holding anything the app's
-loop or a slot holder needs, so the slots cannot deadlock.
+the end of its step. No thread of ours waits for a slot while holding one, or while holding anything the app's
+loop or a slot holder needs; and a thread that waits longer than `SLOT_WAIT_SECONDS` goes on without one, so
+even a library that did would only lose the slots' benefit, never hang.
 """
 
 from __future__ import annotations
@@ -41,7 +42,28 @@ from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
-# The slot a `crewai-step` thread holds while it runs a step (per thread: pool threads are reused).
+# A thread that waits this long for a slot runs without one. Slot holders give theirs back within a CrewAI
+# step's CPU work (milliseconds to tens of them), so a longer wait means a holder is blocked on something that
+# needs another slot: a CrewAI version that waited on one of its own step threads from another would otherwise
+# hang every run of the process. Past the wait, the cost is only the old contention for the GIL.
+SLOT_WAIT_SECONDS = 2.0
+
+
+class _Slots:
+    """`CREWAI_CPU_SLOTS` slots; `take` says whether it got one, and only a slot taken is given back."""
+
+    def __init__(self, count: int) -> None:
+        self._free = threading.Semaphore(count)
+
+    def take(self) -> bool:
+        return self._free.acquire(timeout=SLOT_WAIT_SECONDS)
+
+    def give(self, taken: bool) -> None:
+        if taken:
+            self._free.release()
+
+
+# What a `crewai-step` thread holds while it runs a step (per thread: pool threads are reused).
 _held = threading.local()
 
 
@@ -49,30 +71,31 @@ _held = threading.local()
 def waiting_for_the_loop() -> Iterator[None]:
     """Give this thread's CPU slot back while it blocks on the app's loop (a model call, a tool); a no-op on a
     thread that holds none (a flow driven without `FlowThreads`, as some tests do)."""
-    slot: threading.Semaphore | None = getattr(_held, "slot", None)
-    if slot is None:
+    slots: _Slots | None = getattr(_held, "slots", None)
+    if slots is None:
         yield
         return
-    slot.release()
+    slots.give(_held.taken)
     try:
         yield
     finally:
-        slot.acquire()
+        _held.taken = slots.take()
 
 
 class _SlotSelector(selectors.DefaultSelector):
     """A flow's private loop waits for its step (or anything else) in `select`: without its slot."""
 
-    def __init__(self, slot: threading.Semaphore) -> None:
+    def __init__(self, slots: _Slots, taken: bool) -> None:
         super().__init__()
-        self._slot = slot
+        self._slots = slots
+        self.taken = taken
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        self._slot.release()
+        self._slots.give(self.taken)
         try:
             return super().select(timeout)
         finally:
-            self._slot.acquire()
+            self.taken = self._slots.take()
 
 
 class _PoolView(ThreadPoolExecutor):
@@ -83,22 +106,21 @@ class _PoolView(ThreadPoolExecutor):
     of its own (ThreadPoolExecutor only starts them in `submit`, which is overridden).
     """
 
-    def __init__(self, pool: ThreadPoolExecutor, slot: threading.Semaphore) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, slots: _Slots) -> None:
         super().__init__(max_workers=1)
         self._pool = pool
-        self._slot = slot
+        self._slots = slots
 
     def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
         return self._pool.submit(self._slotted, fn, *args, **kwargs)
 
     def _slotted(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
-        self._slot.acquire()
-        _held.slot = self._slot
+        _held.slots, _held.taken = self._slots, self._slots.take()
         try:
             return fn(*args, **kwargs)
         finally:
-            _held.slot = None
-            self._slot.release()
+            self._slots.give(_held.taken)
+            _held.slots = None
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
@@ -111,7 +133,7 @@ class FlowThreads:
         self.max_runs = max_runs
         self._flows = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="crewai-flow")
         self._steps = ThreadPoolExecutor(max_workers=max_runs, thread_name_prefix="crewai-step")
-        self._slot = threading.Semaphore(cpu_slots)
+        self._slots = _Slots(cpu_slots)
 
     async def run(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Run the coroutine `make()` builds on a private loop in a `crewai-flow` thread; await its result.
@@ -128,17 +150,18 @@ class FlowThreads:
         return await asyncio.get_running_loop().run_in_executor(self._flows, self._drive, make, context)
 
     def _drive(self, make: Callable[[], Coroutine[Any, Any, _T]], context: contextvars.Context) -> _T:
+        selector = _SlotSelector(self._slots, self._slots.take())
+
         def new_loop() -> asyncio.AbstractEventLoop:
-            loop = asyncio.SelectorEventLoop(_SlotSelector(self._slot))
-            loop.set_default_executor(_PoolView(self._steps, self._slot))
+            loop = asyncio.SelectorEventLoop(selector)
+            loop.set_default_executor(_PoolView(self._steps, self._slots))
             return loop
 
-        self._slot.acquire()
         try:
             with asyncio.Runner(loop_factory=new_loop) as runner:
                 return runner.run(make(), context=context)
         finally:
-            self._slot.release()
+            self._slots.give(selector.taken)
 
     def shutdown(self) -> None:
         """Stop accepting work; threads still driving a flow finish on their own (they cannot be interrupted)."""
