@@ -6,6 +6,7 @@ second writer or a hand-run UPDATE, so each rule is tried here with a statement 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from uuid import UUID, uuid4
 
@@ -15,12 +16,14 @@ from tests.conftest import User
 from tests.support.rows import stored_rows
 
 from agent_runtime.db.pool import create_pool
-from agent_runtime.engine.errors import TooManyRunsError
+from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
+from agent_runtime.engine.sessions.repository import INSERT_SQL
+from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.settings import UserQuotas
 
 STATUSES: list[SessionStatus] = ["pending", "running", "completed", "failed"]
@@ -142,5 +145,31 @@ async def test_a_user_has_at_most_the_configured_runs_in_progress(
         assert (await engine.sessions.get(user.ctx, sessions[2])).status == "pending"
         elsewhere = await engine.sessions.create(other.ctx, SessionCreate())
         assert await store.start(other.ctx, elsewhere.id, uuid4(), turn) is not None
+    finally:
+        await pool.close()
+
+
+async def test_a_session_created_beside_an_uncommitted_one_waits_for_it_and_is_refused(
+    engine: RuntimeEngine, user: User, database_url: str
+) -> None:
+    """MAX_SESSIONS_PER_USER under a race, made deterministic: one transaction has inserted the user's only
+    allowed session and not committed; a second creation must wait for it (the per-user gate row) and then
+    count it. Without the gate the second one counts 0 and both commit (a user over the limit)."""
+    pool = await create_pool(database_url, min_size=2, max_size=2, quotas=UserQuotas(max_sessions_per_user=1))
+    try:
+        sessions = SessionService(pool, engine.profiles, model="limit-test")
+        async with pool.acquire() as first, first.transaction():
+            await first.execute(INSERT_SQL, uuid4(), user.ctx.user_id, None, "CN", "limit-test")
+            second = asyncio.create_task(sessions.create(user.ctx, SessionCreate()))
+            async with asyncio.timeout(10):
+                while not second.done() and not await engine.pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query = $1",
+                    INSERT_SQL,
+                ):
+                    await asyncio.sleep(0.01)
+            assert not second.done(), "the second creation did not wait for the uncommitted first one"
+        with pytest.raises(TooManySessionsError):
+            await second
+        assert len((await engine.sessions.list(user.ctx, limit=10, offset=0)).items) == 1
     finally:
         await pool.close()
