@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 from tests.conftest import User
 from tests.support.rows import stored_rows
+from tests.support.serve import poll_until
 
 from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
@@ -149,6 +150,15 @@ async def test_a_user_has_at_most_the_configured_runs_in_progress(
         await pool.close()
 
 
+async def _waiting_on_a_lock(engine: RuntimeEngine, statement: str) -> int:
+    count: int = await engine.pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock' AND query = $1",
+        statement,
+    )
+    return count
+
+
 async def test_a_session_created_beside_an_uncommitted_one_waits_for_it_and_is_refused(
     engine: RuntimeEngine, user: User, database_url: str
 ) -> None:
@@ -161,12 +171,10 @@ async def test_a_session_created_beside_an_uncommitted_one_waits_for_it_and_is_r
         async with pool.acquire() as first, first.transaction():
             await first.execute(INSERT_SQL, uuid4(), user.ctx.user_id, None, "CN", "limit-test")
             second = asyncio.create_task(sessions.create(user.ctx, SessionCreate()))
-            async with asyncio.timeout(10):
-                while not second.done() and not await engine.pool.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query = $1",
-                    INSERT_SQL,
-                ):
-                    await asyncio.sleep(0.01)
+            # Until the second one waits on a lock (the gate) or, without the gate, has already committed.
+            await poll_until(
+                lambda: _waiting_on_a_lock(engine, INSERT_SQL), lambda n: n > 0 or second.done(), within=10
+            )
             assert not second.done(), "the second creation did not wait for the uncommitted first one"
         with pytest.raises(TooManySessionsError):
             await second
