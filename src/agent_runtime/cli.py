@@ -66,57 +66,56 @@ def _serve(args: argparse.Namespace) -> int:
 
     from agent_runtime.preflight import check_database, check_port_free
 
-    settings = _settings_or_exit(host=args.host, port=args.port)
+    settings = _settings_or_exit(host=args.host, port=args.port, workers=args.workers)
 
     def preflight() -> None:
         # Before the embedded database starts or migrations run: these fail in milliseconds, with a hint.
         check_port_free(settings.host, settings.port, "PORT")
         if settings.metrics_enabled and settings.metrics_port is not None:
-            check_port_free(settings.host, settings.metrics_port, "METRICS_PORT")
+            for index in range(settings.workers):
+                check_port_free(settings.host, settings.metrics_port + index, "METRICS_PORT")
         if settings.database_url is not None:
             asyncio.run(check_database(settings.database_url))
 
     # First, before the slow imports below: a wrong port or database URL is reported in a fraction of a second.
     _or_exit(settings, preflight)
-
-    import uvicorn
-
-    from agent_runtime.api.app import create_app
-    from agent_runtime.api.server import DrainingServer, graceful_shutdown_seconds
-    from agent_runtime.api.transport import uvicorn_limits
-    from agent_runtime.logging_setup import configure_logging
-    from agent_runtime.observability.tracing import configure_tracing
-
     _config_or_exit(settings)
-    configure_logging(settings.log_level)
-    configure_tracing(settings)
     if settings.database_url is None:
         print(f"agent-runtime: DATABASE_URL unset, embedded PostgreSQL data in {settings.data_dir / 'pgdata'}")
     if settings.is_demo_model:
         print("agent-runtime: no LLM key set, answers come from the OFFLINE DEMO MODEL (demo/agent)")
+    if settings.workers > 1:
+        print(f"agent-runtime: {settings.workers} worker processes")
     print(f"agent-runtime: http://{settings.host}:{settings.port}/docs")
     sys.stdout.flush()
-    # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
-    # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
-    # rely on atexit hooks.
-    app = create_app(settings)
+    if settings.workers == 1:
+        from agent_runtime.api.server import run_server
 
-    def drain() -> None:
-        engine = getattr(app.state, "engine", None)
-        if engine is not None:
-            engine.runs.request_drain()
+        run_server(settings)
+        return 0
+    return _serve_workers(settings)
 
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
-        **uvicorn_limits(settings),  # header size and deadline, keep-alive, concurrency ceiling
-    )
-    DrainingServer(config, on_shutdown_signal=drain).run()
-    return 0
+
+def _serve_workers(settings: Settings) -> int:
+    """The parent of WORKERS processes (api/workers.py): the socket, the embedded database, the signals."""
+    from agent_runtime.api.server import graceful_shutdown_seconds
+    from agent_runtime.api.workers import bind_socket, serve_workers
+    from agent_runtime.db.embedded import EmbeddedPostgres
+    from agent_runtime.logging_setup import configure_logging
+
+    configure_logging(settings.log_level)
+    sock = bind_socket(settings.host, settings.port)
+    embedded = EmbeddedPostgres(settings.data_dir) if settings.database_url is None else None
+    try:
+        if embedded is not None:
+            settings = settings.model_copy(update={"database_url": _or_exit(settings, embedded.start)})
+        return serve_workers(
+            settings, sock, shutdown_seconds=graceful_shutdown_seconds(settings.shutdown_grace_seconds)
+        )
+    finally:
+        sock.close()
+        if embedded is not None:
+            embedded.stop()
 
 
 def _migrate(_: argparse.Namespace) -> int:
@@ -166,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the HTTP service (applies pending migrations first)")
     serve.add_argument("--host", help="bind address (default: HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: PORT or 8000)")
+    serve.add_argument("--workers", type=int, help="server processes on the port (default: WORKERS or 1)")
     serve.set_defaults(func=_serve)
     migrate = sub.add_parser("migrate", help="apply pending database migrations and exit")
     migrate.set_defaults(func=_migrate)

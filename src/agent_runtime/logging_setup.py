@@ -26,6 +26,11 @@ _PLAIN = (str, int, float, bool, type(None), list, dict)
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        # WORKERS > 1: every line names the worker process that wrote it (api/workers.py).
+        self._worker = worker
+
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
@@ -33,6 +38,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        if self._worker is not None:
+            payload["worker"] = self._worker
         request_id = request_id_var.get()
         if request_id is not None:
             payload["request_id"] = request_id
@@ -64,9 +71,9 @@ class _DemoteCrewAIStepErrors(logging.Filter):
         return True
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, *, worker: int | None = None) -> None:
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(JsonFormatter(worker))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -95,6 +95,8 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     stage_max_json_retries: int = Field(default=2, ge=0, le=5)
 
+    # Server processes on the one port (api/workers.py); every per-process limit below is per worker.
+    workers: int = Field(default=1, ge=1, le=64)
     # Admission control and leases (README "Runs under load"); the defaults come from scripts/bench/load.py.
     max_concurrent_runs: int = Field(default=64, ge=1, le=4096)
     max_concurrent_runs_per_user: int = Field(default=4, ge=1, le=1000)

@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import contextlib
 import math
+import socket
 import time
 from collections.abc import Callable, Generator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
+
+if TYPE_CHECKING:
+    from agent_runtime.settings import Settings
 
 # The drain's own bound after the grace: cancelled runs record their failure (one statement each).
 DRAIN_MARGIN_SECONDS = 10
 # Under `uv run`, a terminal's Ctrl-C reaches the server twice: directly, and forwarded by uv a moment later.
 # uvicorn reads a second SIGINT as "force exit" (no lifespan shutdown: a traceback, PostgreSQL stopped from a
 # cancelled task); a copy this close to the first is the same Ctrl-C. A later one still forces the exit.
-_SAME_CTRL_C_SECONDS = 0.5
+SAME_CTRL_C_SECONDS = 0.5
 
 
 def graceful_shutdown_seconds(shutdown_grace_seconds: float) -> int:
@@ -32,14 +37,25 @@ def graceful_shutdown_seconds(shutdown_grace_seconds: float) -> int:
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, on_shutdown_signal: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_shutdown_signal: Callable[[], None],
+        on_started: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__(config)
         self._on_shutdown_signal = on_shutdown_signal
+        self._on_started = on_started
         self._first_signal_at: float | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        if self._first_signal_at is not None and now - self._first_signal_at < _SAME_CTRL_C_SECONDS:
+        if self._first_signal_at is not None and now - self._first_signal_at < SAME_CTRL_C_SECONDS:
             return
         first = not self.should_exit
         super().handle_exit(sig, frame)
@@ -54,3 +70,41 @@ class DrainingServer(uvicorn.Server):
             # Shut down cleanly: exit 0. uvicorn re-raises the signal here, which makes a drained, orderly stop
             # look exactly like an unhandled kill (-15) to whoever watches the exit status.
             self._captured_signals.clear()
+
+
+def run_server(
+    settings: Settings,
+    *,
+    sockets: list[socket.socket] | None = None,
+    worker: int | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> None:
+    """One server process: `serve` itself, or one of its WORKERS on the parent's socket (`on_started` tells
+    the parent that its start-up completed)."""
+    from agent_runtime.api.app import create_app
+    from agent_runtime.api.transport import uvicorn_limits
+    from agent_runtime.logging_setup import configure_logging
+    from agent_runtime.observability.tracing import configure_tracing
+
+    configure_logging(settings.log_level, worker=worker)
+    configure_tracing(settings)
+    # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
+    # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
+    # rely on atexit hooks.
+    app = create_app(settings)
+
+    def drain() -> None:
+        engine = getattr(app.state, "engine", None)
+        if engine is not None:
+            engine.runs.request_drain()
+
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
+        **uvicorn_limits(settings),  # header size and deadline, keep-alive, concurrency ceiling
+    )
+    DrainingServer(config, on_shutdown_signal=drain, on_started=on_started).run(sockets=sockets)

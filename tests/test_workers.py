@@ -1,0 +1,152 @@
+"""WORKERS=2: one `serve` parent, two worker processes on its port (api/workers.py), a real stub model.
+
+One process tree serves the whole module, in file order: runs go through the shared port, a worker killed
+with SIGKILL is replaced (and its metrics listener comes back), SIGTERM drains every worker (the stream in
+flight ends with RUN_ERROR `run_interrupted`, exit 0, no process left), and a worker whose parent was killed
+exits on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+import httpx
+import pytest
+from tests.conftest import User
+from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_request_text
+from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
+from tests.support.serve import ServeProcess, free_port, poll_until, start_serve
+
+from agent_runtime.engine.runtime import RuntimeEngine
+
+HANG = "[hang]"
+
+
+def respond(request: RecordedRequest) -> StubReply:
+    text = stage_request_text(request).split("\n\n")[-1]
+    if text.startswith(HANG):
+        return intent_direct("never sent", delay_seconds=120)
+    return intent_direct(f"echo: {text}")
+
+
+@dataclass
+class Workers:
+    server: ServeProcess
+    stub: DeepSeekStub
+    metrics_port: int
+    workdir: Path
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The parent's children that are workers (spawned; multiprocessing's resource tracker is a child too)."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return sorted(int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def metrics_answer(port: int) -> bool:
+    try:
+        async with httpx.AsyncClient(timeout=2) as client:
+            return (await client.get(f"http://127.0.0.1:{port}/metrics")).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+async def run_text(server: ServeProcess, user: User, text: str) -> list[dict[str, object]]:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=180) as client:
+        created = await client.post("/v1/sessions", headers=user.headers, json={})
+        assert created.status_code == 201, created.text
+        response = await client.post(
+            f"/v1/sessions/{created.json()['id']}/runs", headers=user.headers, json={"message": text}
+        )
+    assert response.status_code == 200, response.text
+    return parse_sse(response.text)
+
+
+@pytest.fixture(scope="module")
+async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Workers]:
+    workdir = tmp_path_factory.mktemp("workers")
+    metrics_port = free_port()
+    async with DeepSeekStub(api_key=STUB_API_KEY, responder=respond) as stub:
+        env = {
+            "WORKERS": "2",
+            "METRICS_PORT": str(metrics_port),
+            "LLM_MODEL": "deepseek/deepseek-chat",
+            "LLM_API_BASE": stub.base_url,
+            "DEEPSEEK_API_KEY": STUB_API_KEY,
+            "SHUTDOWN_GRACE_SECONDS": "1",
+        }
+        server = await start_serve("workers", database_url=database_url, workdir=workdir, env=env)
+        try:
+            yield Workers(server, stub, metrics_port, workdir)
+        finally:
+            server.kill()
+            await server.proc.wait()
+
+
+async def test_two_workers_serve_the_port_each_with_its_own_metrics_listener(workers: Workers, user: User) -> None:
+    assert len(worker_pids(workers.server.proc.pid)) == 2
+    assert [await metrics_answer(workers.metrics_port + i) for i in range(2)] == [True, True]
+    events = await asyncio.gather(*(run_text(workers.server, user, f"question {i}") for i in range(4)))
+    assert [e[-1]["type"] for e in events] == ["RUN_FINISHED"] * 4
+    lines = [json.loads(line) for line in workers.server.log_path.read_text().splitlines() if line.startswith("{")]
+    assert {line["worker"] for line in lines if line["logger"] == "uvicorn.error"} == {0, 1}
+
+
+async def test_a_killed_worker_is_replaced(workers: Workers, user: User) -> None:
+    victim = worker_pids(workers.server.proc.pid)[1]
+    os.kill(victim, signal.SIGKILL)
+    pids = await poll_until(
+        lambda: asyncio.sleep(0, worker_pids(workers.server.proc.pid)),
+        lambda found: len(found) == 2 and victim not in found,
+        within=30,
+    )
+    assert all(alive(pid) for pid in pids)
+    await poll_until(lambda: metrics_answer(workers.metrics_port + 1), bool, within=60)
+    events = await run_text(workers.server, user, "after the crash")
+    assert events[-1]["type"] == "RUN_FINISHED"
+    exited = [json.loads(line) for line in workers.server.log_path.read_text().splitlines() if "worker exited" in line]
+    assert [(line["worker"], line["exitcode"]) for line in exited] == [(1, -signal.SIGKILL)]
+
+
+async def test_sigterm_drains_every_worker_and_the_stream_in_flight_ends_with_run_interrupted(
+    workers: Workers, user: User, engine: RuntimeEngine
+) -> None:
+    pids = worker_pids(workers.server.proc.pid)
+    seen = len(workers.stub.requests)
+    stream = asyncio.create_task(run_text(workers.server, user, f"{HANG} until the deploy"))
+    async with asyncio.timeout(120):
+        await workers.stub.wait_for_requests(seen + 1)
+
+    status = await workers.server.stop()
+    events = await stream
+
+    assert status == 0, workers.server.log_tail()
+    assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "run_interrupted", events[-1]
+    run_started = next(e for e in events if e["type"] == "RUN_STARTED")
+    session = await engine.sessions.get(user.ctx, UUID(str(run_started["threadId"])))
+    assert session.status == "failed"
+    assert not any(alive(pid) for pid in pids)
+    assert "Traceback" not in workers.server.log_tail(50_000)
+
+
+async def test_workers_whose_parent_was_killed_exit_on_their_own(database_url: str, tmp_path: Path) -> None:
+    server = await start_serve("orphans", database_url=database_url, workdir=tmp_path, env={"WORKERS": "2"})
+    pids = worker_pids(server.proc.pid)
+    assert len(pids) == 2
+    server.kill()
+    await server.proc.wait()
+    await poll_until(lambda: asyncio.sleep(0, [pid for pid in pids if alive(pid)]), lambda left: not left, within=30)
