@@ -102,6 +102,24 @@ def test_port_option_is_validated(port: str, message: str, monkeypatch: pytest.M
     assert exit_info.value.code == f"invalid configuration: {message}"
 
 
+@pytest.mark.parametrize(
+    ("workers", "message"),
+    [
+        ("0", "WORKERS: Input should be greater than or equal to 1"),
+        ("65", "WORKERS: Input should be less than or equal to 64"),
+    ],
+)
+def test_workers_option_is_validated(
+    workers: str, message: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", f"--workers={workers}"])
+
+    assert exit_info.value.code == f"invalid configuration: {message}"
+
+
 async def test_port_in_use_is_reported_before_the_database_starts(env: dict[str, str], tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -149,4 +149,4 @@ async def test_workers_whose_parent_was_killed_exit_on_their_own(database_url: s
     assert len(pids) == 2
     server.kill()
     await server.proc.wait()
-    await poll_until(lambda: asyncio.sleep(0, [pid for pid in pids if alive(pid)]), lambda left: not left, within=30)
+    await poll_until(lambda: asyncio.sleep(0, [pid for pid in pids if alive(pid)]), lambda left: not left, within=15)

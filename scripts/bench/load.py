@@ -48,7 +48,7 @@ from load_kit import (
     stop_on_sigterm,
     text_for,
 )
-from load_probes import CpuMeter, CpuUse, lag_histogram, lag_p99, proc_rss_mb, refusal_durations, watch_pool
+from load_probes import CpuMeter, CpuUse, lag_histogram, lag_p99, refusal_durations, tree_rss_mb, watch_pool
 
 PEER_DIR = Path("/work/shared/bench/peer-pydantic-ai")
 PEER_VENV = Path(__file__).resolve().parents[2] / ".bench/peer"
@@ -315,12 +315,12 @@ async def phase_soak(http: aiohttp.ClientSession, targets: list[Target], args: a
     step = args.soak // 5
     for target in targets:
         sessions = await target.ensure_sessions(http, args.clients)
-        samples = [proc_rss_mb(target.server.pid)]
+        samples = [tree_rss_mb(target.server.pid)]
         for _ in range(5):
             goal = target.completed + step
             while target.completed < goal:
                 await asyncio.gather(*(target.run(http, s, text_for(0.0)) for s in sessions))
-            samples.append(proc_rss_mb(target.server.pid))
+            samples.append(tree_rss_mb(target.server.pid))
         growth = (samples[-1] - samples[1]) / (4 * step) * 100
         print(
             f"- {target.name}: {' / '.join(f'{v:.1f}' for v in samples)}; after the first {step} runs "
@@ -349,11 +349,13 @@ async def warm_up(http: aiohttp.ClientSession, targets: list[Target], args: argp
 
 
 def _rss(targets: list[Target]) -> dict[str, float]:
-    return {t.name: proc_rss_mb(t.server.pid) for t in targets}
+    return {t.name: tree_rss_mb(t.server.pid) for t in targets}
 
 
 async def main(args: argparse.Namespace) -> None:
     load_kit.PIN = args.pin
+    load_kit.WORKERS = args.workers
+    load_kit.PEER_WORKERS = args.peer_workers
     workdir = Path(tempfile.mkdtemp(prefix="agent-runtime-load-"))
     database_url = await create_database()
     servers: list[Server] = []
@@ -368,7 +370,10 @@ async def main(args: argparse.Namespace) -> None:
             peer = await start_peer(args.peer_dir, args.peer_venv, stub, workdir)
             targets.append(Target("peer", peer, peer=True, stub=stub))
             servers.append(targets[1].server)
-        print(f"servers ready; logs in {workdir}; cores: 2 shared; load average {loadavg()}")
+        print(
+            f"servers ready (workers: ours {args.workers}, peer {args.peer_workers}); logs in {workdir}; "
+            f"cores: 2 shared; load average {loadavg()}"
+        )
         rss_start = _rss(targets)
         async with client() as http:
             await warm_up(http, targets, args)
@@ -436,5 +441,7 @@ if __name__ == "__main__":
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--pin", help="run each server under `taskset -c PIN` (e.g. 1: one core, the same for both)")
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
+    parser.add_argument("--workers", type=int, default=1, help="our WORKERS (server processes on the port)")
+    parser.add_argument("--peer-workers", type=int, default=1, help="the peer's uvicorn --workers")
     stop_on_sigterm()
     asyncio.run(main(parser.parse_args()))

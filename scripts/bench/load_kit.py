@@ -71,6 +71,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports."""
+    while True:
+        first = free_port()
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+
+
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile (p99 of 100 values is the 99th smallest)."""
     if not values:
@@ -86,6 +99,12 @@ class Server:
     popen: subprocess.Popen[bytes]
     log_path: Path
     app_name: str = ""  # our PostgreSQL application_name, to find the server's database backends
+    # Our /metrics, one per worker process (WORKERS > 1: METRICS_PORT + i); empty: base + /metrics.
+    metrics: list[str] = field(default_factory=list)
+
+    @property
+    def metrics_urls(self) -> list[str]:
+        return self.metrics or [self.base + "/metrics"]
 
     @property
     def pid(self) -> int:
@@ -103,6 +122,9 @@ class Server:
 
 # `taskset -c PIN` for the servers under test (not the stub): both then get at most one and the same core.
 PIN: str | None = None
+# Server processes of ours (WORKERS) and of the peer (uvicorn --workers).
+WORKERS = 1
+PEER_WORKERS = 1
 
 
 def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int, pin: bool = True) -> Server:
@@ -118,19 +140,21 @@ def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port
     return Server(name, f"http://127.0.0.1:{port}", popen, log_path)
 
 
-async def wait_ready(server: Server, path: str, *, warm: bool = False, within: float = 180) -> None:
+async def wait_ready(server: Server, path: str, *, warm: bool = False, within: float = 180, in_a_row: int = 1) -> None:
     deadline = time.monotonic() + within
+    ready = 0
     async with aiohttp.ClientSession() as http:
         while time.monotonic() < deadline:
             if server.popen.poll() is not None:
                 raise SystemExit(f"{server.name} exited:\n{server.log_path.read_text()[-3000:]}")
             try:
                 async with http.get(server.base + path) as r:
-                    if r.status == 200 and (not warm or (await r.json()).get("warm")):
+                    ready = ready + 1 if r.status == 200 and (not warm or (await r.json()).get("warm")) else 0
+                    if ready >= in_a_row:
                         return
             except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.2)
+                ready = 0
+            await asyncio.sleep(0.2 if ready == 0 else 0.01)
     raise SystemExit(f"{server.name} not ready in {within} s:\n{server.log_path.read_text()[-3000:]}")
 
 
@@ -154,10 +178,17 @@ async def start_ours(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "DEEPSEEK", "OPENAI", "MAX_"))}
     full_env.update(OURS_ENV, LLM_API_BASE=stub.base, PORT=str(port), DATA_DIR=str(workdir / f"data-{name}"))
     full_env["DATABASE_URL"] = f"{database_url}?application_name={name}"
+    metrics: list[str] = []
+    if WORKERS > 1:
+        metrics_port = free_ports(WORKERS)
+        full_env.update(WORKERS=str(WORKERS), METRICS_PORT=str(metrics_port))
+        metrics = [f"http://127.0.0.1:{metrics_port + i}/metrics" for i in range(WORKERS)]
     full_env.update(env)
     server = _launch(name, argv or [sys.executable, "-m", "agent_runtime.cli", "serve"], full_env, workdir, port)
     server.app_name = name
-    await wait_ready(server, "/health/ready", warm=True)
+    server.metrics = metrics
+    # Each worker warms up on its own; the port answers from any of them: enough answers in a row say all.
+    await wait_ready(server, "/health/ready", warm=True, in_a_row=1 if WORKERS == 1 else 10 * WORKERS)
     return server
 
 
@@ -166,6 +197,8 @@ async def start_peer(peer_dir: Path, venv: Path, stub: Server, workdir: Path) ->
     port = free_port()
     env = {**os.environ, "STUB_URL": stub.base}
     argv = [str(venv / "bin/uvicorn"), "peer_app:app", "--app-dir", str(peer_dir), "--port", str(port)]
+    if PEER_WORKERS > 1:
+        argv += ["--workers", str(PEER_WORKERS)]
     server = _launch("peer", argv, env, workdir, port)
     await wait_ready(server, "/health")
     return server

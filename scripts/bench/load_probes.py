@@ -34,6 +34,40 @@ def proc_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants alive now (a server with workers is a parent and its children)."""
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+    return tree
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its descendants (workers that ended were added to their parent's)."""
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            total += proc_cpu(member)
+            if member == pid:
+                with open(f"/proc/{pid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                total += (int(fields[13]) + int(fields[14])) / CLK
+    return total
+
+
+def tree_rss_mb(pid: int) -> float:
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            total += proc_rss_mb(member)
+    return total
+
+
 async def db_backend_cpu(server: Server) -> float:
     """CPU seconds of the PostgreSQL backends serving `server` (its application_name), those alive now."""
     if not server.app_name:
@@ -71,7 +105,7 @@ class CpuMeter:
 
     async def _read(self) -> CpuUse:
         stub = proc_cpu(self.stub.pid) if self.stub else 0.0
-        return CpuUse(proc_cpu(self.server.pid), await db_backend_cpu(self.server), time.process_time(), stub)
+        return CpuUse(tree_cpu(self.server.pid), await db_backend_cpu(self.server), time.process_time(), stub)
 
     async def start(self) -> None:
         self._start = await self._read()
@@ -85,12 +119,21 @@ class CpuMeter:
 async def lag_histogram(server: Server) -> dict[float, float]:
     """Our `agent_runtime_event_loop_lag_seconds` buckets (cumulative counts by upper bound; inf = count)."""
     buckets: dict[float, float] = {}
-    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
-                le = line.split('le="', 1)[1].split('"', 1)[0]
-                buckets[float(le)] = float(line.rsplit(" ", 1)[1])
+    for line in await metrics_lines(server):
+        if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
+            le = float(line.split('le="', 1)[1].split('"', 1)[0])
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
     return buckets
+
+
+async def metrics_lines(server: Server) -> list[str]:
+    """Every line of the server's /metrics, of all its workers (each worker counts its own)."""
+    lines: list[str] = []
+    async with aiohttp.ClientSession() as http:
+        for url in server.metrics_urls:
+            async with http.get(url) as r:
+                lines.extend((await r.text()).splitlines())
+    return lines
 
 
 def lag_p99(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
@@ -108,13 +151,14 @@ async def watch_pool(target: Target, peak: list[int]) -> None:
     sampler sets it every 0.5 s); runs until cancelled."""
     if target.peer:
         return
-    async with aiohttp.ClientSession() as http:
-        while True:
-            async with http.get(target.server.base + "/metrics") as r:
-                for line in (await r.text()).splitlines():
-                    if line.startswith("agent_runtime_db_pool_waiting_requests "):
-                        peak[0] = max(peak[0], int(float(line.split()[1])))
-            await asyncio.sleep(0.5)
+    while True:
+        waiting = [
+            int(float(line.split()[1]))
+            for line in await metrics_lines(target.server)
+            if line.startswith("agent_runtime_db_pool_waiting_requests ")
+        ]
+        peak[0] = max(peak[0], sum(waiting))
+        await asyncio.sleep(0.5)
 
 
 def refusal_durations(server: Server, first: int) -> list[float]:
@@ -129,9 +173,8 @@ def refusal_durations(server: Server, first: int) -> list[float]:
 
 async def statement_counts(server: Server) -> Counter[str]:
     counts: Counter[str] = Counter()
-    async with aiohttp.ClientSession() as http, http.get(server.base + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith("bench_sql_statements_total{"):
-                kind = line.split('kind="', 1)[1].split('"', 1)[0]
-                counts[kind] = int(float(line.rsplit(" ", 1)[1]))
+    for line in await metrics_lines(server):
+        if line.startswith("bench_sql_statements_total{"):
+            kind = line.split('kind="', 1)[1].split('"', 1)[0]
+            counts[kind] += int(float(line.rsplit(" ", 1)[1]))
     return counts
