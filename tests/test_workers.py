@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
-from tests.support.serve import ServeProcess, free_port, poll_until, start_serve
+from tests.support.serve import ServeProcess, alive, free_port, poll_until, start_serve, worker_pids
 
 from agent_runtime.engine.runtime import RuntimeEngine
 
@@ -42,19 +42,6 @@ class Workers:
     stub: DeepSeekStub
     metrics_port: int
     workdir: Path
-
-
-def worker_pids(parent: int) -> list[int]:
-    """The parent's children that are workers (spawned; multiprocessing's resource tracker is a child too)."""
-    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-    return sorted(int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def metrics_answer(port: int) -> bool:
@@ -91,6 +78,9 @@ async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -
         }
         server = await start_serve("workers", database_url=database_url, workdir=workdir, env=env)
         try:
+            # The port answers once one worker is up; each worker's own metrics listener says it is up too.
+            for index in range(2):
+                await poll_until(lambda i=index: metrics_answer(metrics_port + i), bool, within=120)
             yield Workers(server, stub, metrics_port, workdir)
         finally:
             server.kill()
@@ -99,7 +89,6 @@ async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -
 
 async def test_two_workers_serve_the_port_each_with_its_own_metrics_listener(workers: Workers, user: User) -> None:
     assert len(worker_pids(workers.server.proc.pid)) == 2
-    assert [await metrics_answer(workers.metrics_port + i) for i in range(2)] == [True, True]
     events = await asyncio.gather(*(run_text(workers.server, user, f"question {i}") for i in range(4)))
     assert [e[-1]["type"] for e in events] == ["RUN_FINISHED"] * 4
     lines = [json.loads(line) for line in workers.server.log_path.read_text().splitlines() if line.startswith("{")]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.serve import start_serve
+from tests.support.serve import start_serve, worker_pids
 
 from agent_runtime.db.embedded import HANDLE_PIDS_FILE, repair_handle_pids
 
@@ -91,3 +91,27 @@ async def test_a_second_ctrl_c_during_the_stop_leaves_no_postgresql_and_no_trace
     assert _postgres_processes(pgdata) == [], output
     assert "Traceback" not in output and '"level": "ERROR"' not in output, output
     assert server.proc.returncode in (0, 130), output
+
+
+async def test_workers_share_the_parents_embedded_postgresql_and_a_ctrl_c_stops_all_of_it(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """WORKERS=2 without DATABASE_URL: the parent starts the embedded PostgreSQL once and both workers use it.
+    A terminal's Ctrl-C reaches the parent and both workers, and uv forwards a copy to the parent."""
+    pgdata = (data_dir / "pgdata").resolve()
+    env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1", "WORKERS": "2"}
+    server = await start_serve("workers", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    workers = worker_pids(server.proc.pid)
+    assert len(workers) == 2
+    assert len(json.loads((pgdata / HANDLE_PIDS_FILE).read_text())) == 1  # one server, the parent's
+
+    for pid in (server.proc.pid, *workers):
+        os.kill(pid, signal.SIGINT)
+    await asyncio.sleep(0.05)
+    server.proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(server.proc.wait(), 120)
+
+    output = server.log_tail(50_000)
+    assert server.proc.returncode == 0, output
+    assert _postgres_processes(pgdata) == [], output
+    assert "Traceback" not in output and '"level": "ERROR"' not in output, output

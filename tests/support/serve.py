@@ -132,3 +132,16 @@ async def poll_until(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool
             raise AssertionError(f"not done within {within} s: {value!r}")
         await asyncio.sleep(0.1)
     raise AssertionError("unreachable")
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The parent's children that are workers (spawned; multiprocessing's resource tracker is a child too)."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return sorted(int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

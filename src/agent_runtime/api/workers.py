@@ -112,15 +112,18 @@ class Supervisor:
         os.write(self._wake_w, b"!")
 
     def run(self) -> int:
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
         try:
             self._workers = [self._spawn(i) for i in range(self._settings.workers)]
             status = self._supervise()
             self._stop()
             return status
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            # The workers are gone and the process only stops the embedded PostgreSQL now: a late copy of the
+            # Ctrl-C (uv forwards one) must not interrupt that with a KeyboardInterrupt.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             os.close(self._wake_r)
             os.close(self._wake_w)
 
