@@ -85,3 +85,14 @@ async def test_streamed_and_plain_calls_read_the_same(
 async def test_demo_streamed_and_plain_calls_read_the_same(demo_settings: Settings) -> None:
     client = LLMClient(demo_settings)
     assert await client.complete_streaming(HELLO_REQUEST) == await client.complete(HELLO_REQUEST)
+
+
+async def test_litellm_does_not_price_our_calls_itself(stub: DeepSeekStub) -> None:
+    """litellm_import skips LiteLLM's own pricing of every call (engine/billing prices it from the usage; the
+    billing tests check those bills): pinned on a real call, so an upgrade that moves the method fails here
+    instead of silently pricing again."""
+    stub.enqueue(StubReply(content="priced by us", usage=StubUsage(prompt_tokens=1000, completion_tokens=200)))
+    builder = CallBuilder(stub_settings(stub))
+    response = await load_litellm().acompletion(**builder.kwargs(HELLO_REQUEST, builder.target(None), stream=False))
+    assert response.choices[0].message.content == "priced by us"
+    assert response._hidden_params["response_cost"] is None

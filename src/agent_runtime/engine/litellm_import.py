@@ -21,4 +21,20 @@ def load_litellm() -> ModuleType:
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
+    _skip_litellms_own_pricing()
     return litellm
+
+
+def _no_response_cost(self: object, *args: object, **kwargs: object) -> None:
+    return None
+
+
+def _skip_litellms_own_pricing() -> None:
+    """LiteLLM prices every non-streamed call itself (`Logging.response_cost_calculator`, for the response's
+    hidden params and its logging callbacks): ~5 % of a full run's CPU, measured interleaved run by run
+    (docs/crewai-notes.md). We register no LiteLLM callback and read no LiteLLM cost: engine/billing prices
+    every call from its usage (and calls `litellm.completion_cost` itself for its fallback, which this does not
+    touch). None is what LiteLLM itself reports for a call it cannot price, so its callers handle it."""
+    from litellm.litellm_core_utils.litellm_logging import Logging
+
+    Logging.response_cost_calculator = _no_response_cost  # type: ignore[method-assign]
