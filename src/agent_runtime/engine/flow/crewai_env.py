@@ -13,7 +13,7 @@ Tuning applied once after the import (each one measured; see docs/crewai-notes.m
 - CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
 - The agent executor's state class defined once instead of once per `Agent.kickoff` (~10 ms per stage).
 - Tool JSON schemas generated once per argument model, and flow listeners asked only about their own
-  conditions' methods (together -7 % CPU per full run).
+  conditions' methods (with litellm_import's skipped pricing: -8 % CPU per full run).
 
 Which threads CrewAI runs on is `engine/flow/threads.py`'s business.
 """
@@ -101,8 +101,9 @@ def _import_tuned_crewai() -> ModuleType:
     if not _tuned:
         _quiet_console()
         _reuse_executor_state_class()
-        # These two measured together, interleaved run by run in one process (flow.py's runs, switched on and
-        # off between them, 50 of each): a full run's CPU -6.9 % (p50 51.6 -> 48.0 ms), a short one's -2.8 %.
+        # With litellm_import's skipped pricing, measured together, interleaved run by run in one process
+        # (flow.py's runs, switched on and off between them, 120 of each, twice): a full run's CPU p50 -8.1 % and
+        # -7.5 %, a short one's -3.7 % and -3.3 %. One at a time, each was within that A/B's noise (2-6 %).
         _cache_tool_schemas()
         _skip_unrelated_listeners()
         _tuned = True
@@ -134,9 +135,9 @@ _SCHEMA_CACHE_SIZE = 256
 
 def _cache_tool_schemas() -> None:
     # Every kickoff turns each tool's argument model into a JSON schema twice (the native tool list, and the
-    # tool description text): pydantic's schema generation plus CrewAI's rewriting of it, ~3 % of a full
-    # run. It depends only on the class. Copies are handed out because callers edit the result
-    # (`convert_tools_to_openai_schema` pops "title" and "description").
+    # tool description text): pydantic's schema generation plus CrewAI's rewriting of it (2 % of a full
+    # run's GIL time in a py-spy profile). It depends only on the class. Copies are handed out because
+    # callers edit the result (`convert_tools_to_openai_schema` pops "title" and "description").
     schema_utils = importlib.import_module("crewai.utilities.pydantic_schema_utils")
     generate: Callable[..., Any] = schema_utils.generate_model_description
     cache: dict[tuple[type, bool], Any] = {}
@@ -162,7 +163,7 @@ def _cache_tool_schemas() -> None:
 def _skip_unrelated_listeners() -> None:
     # When any flow method finishes, CrewAI asks every listener of the flow (~20 in each stage's AgentExecutor,
     # itself a Flow) whether its condition is now met, and records the finished method in that listener's
-    # "seen" set first, through pydantic's slow private-attribute access: ~4 % of a full run. A condition is
+    # "seen" set first, through pydantic's slow private-attribute access (5 % of a full run's GIL time). A condition is
     # a method name or an and/or tree of them, so it can only become met when the finished method is one of
     # its names; for any other trigger the answer is "no", and the only effect skipped is an entry in that
     # listener's seen set that its condition never looks at (CrewAI uses the set nowhere else).
