@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -19,10 +20,14 @@ from load_kit import ADMIN_URL, Server, Target
 CLK = os.sysconf("SC_CLK_TCK")
 
 
+def _stat_fields(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
 def proc_cpu(pid: int) -> float:
     """utime + stime of a process (all its threads), seconds."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
+    fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
@@ -47,25 +52,22 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and its descendants (workers that ended were added to their parent's)."""
+def _tree_sum(pid: int, measure: Callable[[int], float]) -> float:
     total = 0.0
     for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            total += proc_cpu(member)
-            if member == pid:
-                with open(f"/proc/{pid}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                total += (int(fields[13]) + int(fields[14])) / CLK
+        with contextlib.suppress(OSError):  # ended meanwhile
+            total += measure(member)
     return total
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its descendants, plus the workers that ended (cutime + cstime of `pid`)."""
+    fields = _stat_fields(pid)
+    return _tree_sum(pid, proc_cpu) + (int(fields[13]) + int(fields[14])) / CLK
 
 
 def tree_rss_mb(pid: int) -> float:
-    total = 0.0
-    for member in process_tree(pid):
-        with contextlib.suppress(OSError):
-            total += proc_rss_mb(member)
-    return total
+    return _tree_sum(pid, proc_rss_mb)
 
 
 async def db_backend_cpu(server: Server) -> float:

@@ -64,7 +64,11 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _exit_with_parent() -> None:
-    """A worker whose parent is gone (kill -9) drains and exits instead of serving on as an orphan."""
+    """A worker whose parent is gone (kill -9) drains and exits instead of serving on as an orphan.
+
+    A daemon thread, not a task: the parent's sentinel is a pipe that `multiprocessing` only offers as a
+    blocking wait, and this runs before uvicorn creates the worker's event loop. SIGTERM then takes the same
+    drain path as a deploy's."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
