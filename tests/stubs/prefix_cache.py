@@ -1,34 +1,85 @@
-"""DeepSeek's context caching, modelled for tests and benchmarks: a stub that bills prefix-cache hits from bytes.
+"""DeepSeek's context caching, modelled for tests and benchmarks: a stub that bills cache hits from bytes.
 
-As DeepSeek documents its disk cache (api-docs, "Context Caching"): a request hits the cache for the longest
-prefix it shares, from the first token, with an earlier request; the cache stores prefixes in units of 64
-tokens, so only whole units hit and a prefix under 64 tokens never does. Modelled here without a tokenizer:
-the request is serialised deterministically (each message's role, content, tool calls and tool call id, in
-order, as JSON; the tool definitions last, so they count as prompt but do not break the messages' prefix),
-and one token is 4 bytes of that UTF-8 text (English runs ~4 characters a token; a Chinese character is 3
-bytes, ~0.75 token, close to DeepSeek's stated ~0.6). A unit is therefore 256 bytes; a request hits
-`64 * k` tokens when its first `256 * k` bytes equal those of any earlier request. Nothing is ever evicted
-(DeepSeek keeps entries for hours; a benchmark conversation lasts minutes). Completion tokens are the
-answer's bytes / 4 as well.
+The rules, from https://api-docs.deepseek.com/guides/kv_cache (zh-cn: https://api-docs.deepseek.com/zh-cn/guides/kv_cache):
+the cache stores "cache prefix units", and a request hits a unit only if it matches it in full (the unit is a prefix
+of the request). Units are persisted
+1. at the end of each request's input and at the end of its output;
+2. at common prefixes the system detects across requests (A+B, then A+C: no hit for A+C, but A is persisted, so a
+   later A+D hits A);
+3. at fixed token intervals inside long inputs and outputs.
+Usage reports `prompt_cache_hit_tokens`, `prompt_cache_miss_tokens` (hit + miss = prompt tokens) and
+`prompt_tokens_details.cached_tokens`. The cache is isolated per end user: per API key and `user_id`
+(https://api-docs.deepseek.com/quick_start/rate_limit); requests without a user_id share one namespace.
 
-`PrefixCacheStub` is `DeepSeekStub` with this accounting for every reply without explicit usage; everything
-else (validation, streaming, faults, scripting) is the stub's own.
+How it is modelled, and what is assumed:
+- No tokenizer: the request is serialised deterministically to bytes and one token is 4 bytes of that UTF-8 text
+  (an approximation: English runs ~4 characters a token; a Chinese character is 3 bytes, ~0.75 token). A prefix of
+  n bytes is ceil(n / 4) tokens.
+- The serialisation: the first system message, then the tool definitions if any (DeepSeek's chat templates render
+  tools into the system prompt region: assumed for V4), then the other messages in order, one JSON line each with
+  role, content, tool_calls (id, type, function name and arguments only, so a client's extra keys do not matter),
+  tool_call_id and, in thinking mode, `reasoning_content` only for assistant messages of a user-to-user span with
+  tool calls: the API ignores any other reasoning (https://api-docs.deepseek.com/guides/thinking_mode).
+- The output unit is the prompt followed by the assistant message as a later request would serialise it (so its
+  reasoning counts only where the model reads it back; JSON-blanked content as sent).
+- A detected common prefix is the longest one this request shares with an earlier request of its namespace (its
+  input, or its input and output), rounded down to a whole token, persisted once this request is accounted.
+- The fixed interval is not documented: `interval_tokens`, 1024 by default, is an assumption.
+- A namespace is also per served model (a KV cache belongs to one model; `deepseek-v4-flash` is served by, and
+  shares the cache of, `deepseek-flash`). Nothing is ever evicted (DeepSeek keeps entries for hours; a benchmark
+  lasts minutes). A request's hit is the longest unit that is a full prefix of its prompt; units it persists itself
+  count only for later requests.
+
+`PrefixCacheStub` is `DeepSeekStub` with this accounting (and 4-byte tokens) for every reply without explicit
+usage; everything else (validation, streaming, faults, scripting) is the stub's own. `PrefixCache` works alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel
-from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, Responder, StubReply, echo_responder
+from pydantic import BaseModel, ConfigDict
+from tests.stubs.deepseek_stub import (
+    DEFAULT_CONCURRENCY_LIMITS,
+    DeepSeekStub,
+    EndUser,
+    RecordedRequest,
+    Responder,
+    StubAnswer,
+    StubReply,
+    UsagePayload,
+    answer_message,
+    content_text,
+    echo_responder,
+    served_model,
+    thinking_enabled,
+)
 
 BYTES_PER_TOKEN = 4
-UNIT_TOKENS = 64
+DEFAULT_INTERVAL_TOKENS = 1024
+# The names tests/runs/test_runs_prefix_cache.py imports (from the old 64-token-unit model). With fixed intervals a
+# prefix shared with an earlier request still hits at least its whole intervals, which is what that test checks.
+UNIT_TOKENS = DEFAULT_INTERVAL_TOKENS
 UNIT_BYTES = UNIT_TOKENS * BYTES_PER_TOKEN
-_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id")
+# Bytes compared at a time when looking for where two prompts part (then bisected within the chunk).
+_SCAN_BYTES = 4096
+
+
+def tokens_of(size: int) -> int:
+    return math.ceil(size / BYTES_PER_TOKEN)
+
+
+class CacheNamespace(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    end_user: EndUser
+    model: str
 
 
 class CacheAccount(BaseModel):
@@ -37,62 +88,223 @@ class CacheAccount(BaseModel):
     prompt_bytes: bytes
 
 
-def serialise(body: dict[str, Any]) -> bytes:
-    """The request's prompt as the cache sees it: messages in order, then the tool definitions."""
-    messages = body.get("messages") or []
-    parts = [
-        json.dumps({key: m.get(key) for key in _MESSAGE_KEYS if m.get(key) is not None}, ensure_ascii=False)
-        for m in messages
-        if isinstance(m, dict)
+class RenderedFunction(BaseModel):
+    name: Any = None
+    arguments: Any = None
+
+
+class RenderedToolCall(BaseModel):
+    id: Any = None
+    type: str = "function"
+    function: RenderedFunction
+
+
+class RenderedMessage(BaseModel):
+    """One message as the cache sees it (a JSON line of the serialised prompt). The values are the client's, of
+    whatever JSON type it sent: rendered as they came."""
+
+    role: Any = None
+    content: str
+    tool_calls: list[RenderedToolCall] | None = None
+    tool_call_id: Any = None
+    reasoning_content: Any = None
+
+    @classmethod
+    def of(cls, message: Mapping[str, Any], keep_reasoning: bool) -> RenderedMessage:
+        calls = message.get("tool_calls")
+        rendered_calls = [
+            RenderedToolCall(id=c.get("id"), function=RenderedFunction(**_function_fields(c.get("function"))))
+            for c in (calls if isinstance(calls, list) else [])
+            if isinstance(c, dict)
+        ]
+        return cls(
+            role=message.get("role"),
+            content=content_text(message.get("content")),
+            tool_calls=rendered_calls or None,
+            tool_call_id=message.get("tool_call_id"),
+            reasoning_content=message.get("reasoning_content") if keep_reasoning else None,
+        )
+
+    def line(self) -> str:
+        return self.model_dump_json(exclude_none=True)
+
+
+def _function_fields(function: Any) -> dict[str, Any]:
+    return {"name": function.get("name"), "arguments": function.get("arguments")} if isinstance(function, dict) else {}
+
+
+def _reasoning_read(messages: Sequence[Mapping[str, Any]], thinking: bool) -> list[bool]:
+    """Per message: whether the model reads its reasoning_content (an assistant message, in thinking mode, of a
+    user-to-user span in which the model called tools)."""
+    span_of: list[int] = []
+    span_has_tools = [False]
+    for message in messages:
+        if message.get("role") == "user":
+            span_has_tools.append(False)
+        span_of.append(len(span_has_tools) - 1)
+        if message.get("role") == "assistant" and message.get("tool_calls"):
+            span_has_tools[-1] = True
+    return [
+        thinking and message.get("role") == "assistant" and span_has_tools[span]
+        for message, span in zip(messages, span_of, strict=True)
     ]
-    if body.get("tools"):
-        parts.append(json.dumps(body["tools"], ensure_ascii=False, sort_keys=True))
-    return "\n".join(parts).encode()
+
+
+def serialise(body: Mapping[str, Any]) -> bytes:
+    """The request's prompt as the cache sees it: first system message, tool definitions, other messages."""
+    raw = body.get("messages")
+    messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
+    read = _reasoning_read(messages, thinking_enabled(body))
+    lines = [RenderedMessage.of(m, keep).line() for m, keep in zip(messages, read, strict=True)]
+    system = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
+    head = [lines.pop(system)] if system is not None else []
+    tools = [json.dumps(body["tools"], ensure_ascii=False, sort_keys=True)] if body.get("tools") else []
+    return "\n".join([*head, *tools, *lines]).encode()
+
+
+def serialise_output(body: Mapping[str, Any], prompt: bytes, answer: Mapping[str, Any]) -> bytes:
+    """The prompt followed by the answer's assistant message as a later request would serialise it."""
+    raw = body.get("messages")
+    messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
+    keep = _reasoning_read([*messages, answer], thinking_enabled(body))[-1]
+    return prompt + b"\n" + RenderedMessage.of(answer, keep).line().encode()
+
+
+def common_prefix_length(a: bytes, b: bytes) -> int:
+    """How many leading bytes `a` and `b` share: chunk by chunk to the first difference, then bisected there."""
+    limit = min(len(a), len(b))
+    start = 0
+    while start < limit and a[start : start + _SCAN_BYTES] == b[start : start + _SCAN_BYTES]:
+        start += _SCAN_BYTES
+    if start >= limit:
+        return limit
+    low, high = start, min(start + _SCAN_BYTES, limit)  # a[:low] == b[:low]; they differ before `high` + 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[start:middle] == b[start:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+class _Namespace:
+    """One namespace's units (prefix digests by length) and the earlier sequences (inputs, input + output)."""
+
+    def __init__(self) -> None:
+        self.units: defaultdict[int, set[bytes]] = defaultdict(set)
+        self.lengths: list[int] = []
+        # Sorted; a sequence that is a prefix of another is dropped (the longer one shares at least as much). The
+        # bytes are kept to find common prefixes: 2,000 requests of ~130 KB that all end apart keep ~270 MB.
+        self.sequences: list[bytes] = []
+
+    def longest_shared(self, data: bytes) -> int:
+        """The longest prefix `data` shares with an earlier sequence: in sorted order, one of its neighbours."""
+        at = bisect.bisect_left(self.sequences, data)
+        neighbours = self.sequences[max(0, at - 1) : at + 1]
+        return max((common_prefix_length(data, other) for other in neighbours), default=0)
+
+    def longest_unit(self, data: bytes, bound: int) -> int:
+        """The longest unit that is a prefix of `data`; none is longer than what `data` shares with a sequence."""
+        view = memoryview(data)
+        digest = hashlib.sha256()
+        hashed = best = 0
+        for length in self.lengths[: bisect.bisect_right(self.lengths, bound)]:
+            digest.update(view[hashed:length])
+            hashed = length
+            if digest.copy().digest() in self.units[length]:
+                best = length
+        return best
+
+    def persist(self, data: bytes, lengths: set[int]) -> None:
+        """Units at these lengths of `data`, and `data` as a sequence later requests may share."""
+        view = memoryview(data)
+        digest = hashlib.sha256()
+        hashed = 0
+        for length in sorted(n for n in lengths if 0 < n <= len(data)):
+            digest.update(view[hashed:length])
+            hashed = length
+            if length not in self.units:
+                bisect.insort(self.lengths, length)
+            self.units[length].add(digest.copy().digest())
+        at = bisect.bisect_left(self.sequences, data)
+        if at < len(self.sequences) and self.sequences[at].startswith(data):
+            return
+        while at > 0 and data.startswith(self.sequences[at - 1]):
+            del self.sequences[at - 1]
+            at -= 1
+        self.sequences.insert(at, data)
 
 
 class PrefixCache:
-    def __init__(self) -> None:
-        self._units: set[bytes] = set()
+    """The cache prefix units of every namespace. Per request: `account` its prompt, then `persist_output`."""
 
-    def account(self, prompt: bytes) -> CacheAccount:
-        """The prompt's tokens and cache hits; then its whole units are cached for later requests."""
-        digest = hashlib.sha256()
-        hit_units = 0
-        matching = True
-        for unit in range(len(prompt) // UNIT_BYTES):
-            digest.update(prompt[unit * UNIT_BYTES : (unit + 1) * UNIT_BYTES])
-            key = digest.copy().digest()
-            if matching and key in self._units:
-                hit_units += 1
-            else:
-                matching = False
-                self._units.add(key)
-        tokens = math.ceil(len(prompt) / BYTES_PER_TOKEN)
-        return CacheAccount(prompt_tokens=tokens, hit_tokens=hit_units * UNIT_TOKENS, prompt_bytes=prompt)
+    def __init__(self, interval_tokens: int = DEFAULT_INTERVAL_TOKENS) -> None:
+        self.interval_bytes = interval_tokens * BYTES_PER_TOKEN
+        self._namespaces: defaultdict[CacheNamespace, _Namespace] = defaultdict(_Namespace)
+
+    def _intervals(self, size: int) -> set[int]:
+        return set(range(self.interval_bytes, size + 1, self.interval_bytes))
+
+    def account(self, namespace: CacheNamespace, prompt: bytes) -> CacheAccount:
+        """The prompt's tokens and cache hit; then its input unit, its intervals and the common prefix it shares
+        with an earlier request are persisted for later requests."""
+        space = self._namespaces[namespace]
+        shared = space.longest_shared(prompt)
+        hit = space.longest_unit(prompt, shared)
+        common = shared // BYTES_PER_TOKEN * BYTES_PER_TOKEN
+        space.persist(prompt, {len(prompt), common, *self._intervals(len(prompt))})
+        return CacheAccount(prompt_tokens=tokens_of(len(prompt)), hit_tokens=tokens_of(hit), prompt_bytes=prompt)
+
+    def persist_output(self, namespace: CacheNamespace, sequence: bytes) -> None:
+        """The output unit (the prompt followed by the answer) and its intervals."""
+        self._namespaces[namespace].persist(sequence, {len(sequence), *self._intervals(len(sequence))})
 
 
 class PrefixCacheStub(DeepSeekStub):
-    """`DeepSeekStub` whose usage bills prefix-cache hits as DeepSeek does; `accounts[i]` is request i's."""
+    """`DeepSeekStub` whose usage bills cache hits as DeepSeek does; `accounts` holds one `CacheAccount` per
+    answered request without explicit usage, in order."""
 
-    def __init__(self, *, api_key: str | None = "sk-stub-key", responder: Responder = echo_responder) -> None:
-        super().__init__(api_key=api_key, responder=responder)
-        self.cache = PrefixCache()
+    def __init__(
+        self,
+        *,
+        interval_tokens: int = DEFAULT_INTERVAL_TOKENS,
+        api_key: str | None = "sk-stub-key",
+        responder: Responder = echo_responder,
+        strict_turns: bool = False,
+        strict_reasoning: bool = True,
+        json_blanking: bool = True,
+        concurrency_limits: Mapping[str, int] = DEFAULT_CONCURRENCY_LIMITS,
+        concurrency_retry_after: str | None = None,
+    ) -> None:
+        super().__init__(
+            api_key=api_key,
+            responder=responder,
+            strict_turns=strict_turns,
+            strict_reasoning=strict_reasoning,
+            json_blanking=json_blanking,
+            concurrency_limits=concurrency_limits,
+            concurrency_retry_after=concurrency_retry_after,
+        )
+        self.cache = PrefixCache(interval_tokens)
         self.accounts: list[CacheAccount] = []
 
-    def _usage(self, reply: StubReply, recorded: RecordedRequest) -> dict[str, Any]:
+    # Tokens are 4 bytes here too, so max_tokens and completion tokens agree with the prompt's billing.
+    def _count(self, text: str) -> int:
+        return tokens_of(len(text.encode()))
+
+    def _cut(self, text: str, tokens: int) -> str:
+        return text.encode()[: tokens * BYTES_PER_TOKEN].decode(errors="ignore")
+
+    def _usage(self, reply: StubReply, answer: StubAnswer, recorded: RecordedRequest) -> UsagePayload:
         if reply.usage is not None:
-            return super()._usage(reply, recorded)
-        body = recorded.body if isinstance(recorded.body, dict) else {}
-        account = self.cache.account(serialise(body))
+            return super()._usage(reply, answer, recorded)
+        body = recorded.fields
+        namespace = CacheNamespace(end_user=recorded.end_user, model=served_model(body["model"]))
+        account = self.cache.account(namespace, serialise(body))
         self.accounts.append(account)
-        answer = reply.content + "".join(c.name + c.arguments for c in reply.tool_calls)
-        completion = max(1, math.ceil(len(answer.encode()) / BYTES_PER_TOKEN))
-        prompt, hit = account.prompt_tokens, account.hit_tokens
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": hit},
-            "prompt_cache_hit_tokens": hit,
-            "prompt_cache_miss_tokens": prompt - hit,
-        }
+        output = serialise_output(body, account.prompt_bytes, answer_message(answer).wire())
+        self.cache.persist_output(namespace, output)
+        return UsagePayload.of(
+            account.prompt_tokens, answer.completion_tokens, account.hit_tokens, answer.reasoning_tokens
+        )
