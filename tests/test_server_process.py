@@ -94,11 +94,12 @@ async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key
     config = tmp_path / "crewai"
     shutil.copytree(default_config_dir() / "crewai", config)
     tasks = config / "tasks.yaml"
-    tasks.write_text(tasks.read_text().replace("{user_input}", "{user_inptu}", 1))
+    text = tasks.read_text()
+    tasks.write_text(text.replace("Carry out the execution_brief of your intent answer above.", "{user_inptu}", 1))
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "CREWAI_CONFIG_DIR": str(config)}
     proc = await _serve(env, stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode == 1
     assert stdout == b""  # stopped before the banner: nothing claims the service is up
-    expected = f"invalid configuration: {tasks}: intent.request: unknown placeholder {{user_inptu}}\n"
+    expected = f"invalid configuration: {tasks}: execution.request: unknown placeholder {{user_inptu}}\n"
     assert stderr.decode() == expected

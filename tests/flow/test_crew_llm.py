@@ -17,6 +17,7 @@ import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -72,7 +73,7 @@ def llm_for(
     return DelegatingLLM.for_stage(
         call_model,
         stage="execution",
-        model="deepseek/deepseek-chat",
+        model="deepseek/deepseek-flash",
         output_model=output_model,
         sink=events.append if events is not None else None,
         max_json_retries=max_json_retries,
@@ -205,7 +206,15 @@ async def test_response_model_gets_the_parsed_model_json_mode_and_no_json_schema
     request = calls[0]
     assert request.json_mode is True
     # The request model has no response_format at all: our LLM layer can only send json_object.
-    assert set(ModelCall.model_fields) == {"messages", "tools", "json_mode", "stage", "attempt", "max_tokens"}
+    assert set(ModelCall.model_fields) == {
+        "messages",
+        "tools",
+        "json_mode",
+        "stage",
+        "attempt",
+        "max_tokens",
+        "allow_tools",
+    }
     assert "response_format" not in json.dumps(request.model_dump())
     # The schema is in the prompt, appended to the request (last user message); the system message is untouched.
     assert request.messages[0] == {"role": "system", "content": "sys"}
@@ -230,11 +239,16 @@ async def test_invalid_json_is_repaired_with_a_bounded_retry() -> None:
     result = await llm.acall([{"role": "user", "content": "Q"}], response_model=Answer)
 
     assert result == Answer(answer="yes", score=3)
-    assert [c.attempt for c in calls] == [0, 1]
-    repair = calls[1].messages
-    assert repair[-2] == {"role": "assistant", "content": "Sure! Here it is: {answer: yes}"}
-    assert repair[-1]["role"] == "user"
-    assert "could not be used" in repair[-1]["content"]
+    assert [(c.attempt, c.allow_tools) for c in calls] == [(0, True), (1, False)]
+    assert calls[1].messages == [
+        *calls[0].messages,
+        {"role": "assistant", "content": "Sure! Here it is: {answer: yes}"},
+        {
+            "role": "user",
+            "content": "Your previous answer could not be used: (root): Invalid JSON: expected value at line 1 "
+            "column 1. Answer again with only the Answer JSON object (the schema titled Answer in my request).",
+        },
+    ]
 
 
 async def test_invalid_json_forever_raises_a_clear_error_after_the_retries() -> None:
@@ -247,6 +261,194 @@ async def test_invalid_json_forever_raises_a_clear_error_after_the_retries() -> 
     assert len(calls) == 3
     assert raised.value.extra == {"stage": "execution", "attempts": 3}
     assert raised.value.status_code == 502
+
+
+CALL_7 = ToolCallSpec(id="call_7", name="calculator", arguments='{"expression":"1+1"}')
+RESULT_7 = {"role": "tool", "tool_call_id": "call_7", "name": "calculator", "content": '{"result":"2"}'}
+ANSWER_JSON = '{"answer": "2", "score": 1}'
+
+
+def repair_text(problem: str) -> str:
+    """The repair turn of a stage whose schema is in the system prompt (inject_schema=False, as in the flow)."""
+    return (
+        f"Your previous answer could not be used: {problem}. "
+        "Answer again with only the Answer JSON object (the schema titled Answer in the system prompt)."
+    )
+
+
+def stage_llm(call_model: Callable[[ModelCall], Awaitable[ModelReply]], **kwargs: Any) -> DelegatingLLM:
+    return DelegatingLLM.for_stage(
+        call_model, stage="execution", model="m", output_model=Answer, inject_schema=False, **kwargs
+    )
+
+
+async def test_prose_after_a_tool_result_is_repaired_in_a_call_that_allows_no_tools() -> None:
+    call_model, calls = scripted(
+        ModelReply(tool_calls=[CALL_7], finish_reason="tool_calls"),
+        ModelReply(content="The answer is 2.", finish_reason="stop"),
+        ModelReply(content=ANSWER_JSON, finish_reason="stop"),
+    )
+
+    llm = stage_llm(call_model)
+    # As CrewAI's executor drives it: the request, then the tool call's turn and its result.
+    request: list[dict[str, Any]] = [{"role": "user", "content": "1+1?"}]
+    first = await asyncio.to_thread(llm.call, request, TOOLS)
+    follow_up = [*request, {"role": "assistant", "content": None, "tool_calls": first}, RESULT_7]
+    final = await asyncio.to_thread(llm.call, follow_up, TOOLS)
+
+    assert json.loads(final) == {"answer": "2", "score": 1}
+    assert [(c.attempt, c.allow_tools) for c in calls] == [(0, True), (0, True), (1, False)]
+    # Still listed: the gateway sends them with tool_choice "none" (or leaves them out).
+    offered = {key: value for key, value in TOOLS[0]["function"].items() if key != "strict"}
+    assert calls[2].tools == calls[1].tools == [{"type": "function", "function": offered}]
+    assert calls[2].messages == [
+        *follow_up,
+        {"role": "assistant", "content": "The answer is 2."},
+        {"role": "user", "content": repair_text("(root): Invalid JSON: expected value at line 1 column 1")},
+    ]
+
+
+@pytest.mark.parametrize("then", ["answers", "calls again"])
+async def test_tool_calls_in_a_repair_are_refused_never_run(then: str) -> None:
+    events: list[ToolResultObserved] = []
+    refused = ModelReply(tool_calls=[ToolCallSpec(id="call_8", name="calculator", arguments="{}")])
+    call_model, calls = scripted(
+        ModelReply(content="Let me think."),
+        refused,
+        ModelReply(content=ANSWER_JSON) if then == "answers" else refused,
+    )
+    llm = stage_llm(call_model, sink=events.append)
+    request = [{"role": "user", "content": "Q"}]
+
+    if then == "answers":
+        assert json.loads(await asyncio.to_thread(llm.call, request, TOOLS)) == {"answer": "2", "score": 1}
+    else:
+        with pytest.raises(StageOutputError, match=r"did not match Answer after 3 attempts"):
+            await asyncio.to_thread(llm.call, request, TOOLS)
+
+    assert [c.allow_tools for c in calls] == [True, False, False]
+    assert calls[2].messages == [
+        *request,
+        {"role": "assistant", "content": "Let me think."},
+        {"role": "user", "content": repair_text("(root): Invalid JSON: expected value at line 1 column 1")},
+        # The refused calls are not in the transcript: they would need results.
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": repair_text("it called calculator, but no tool can be called in this answer")},
+    ]
+    # Never handed over, so never reported either (a tool turn with that id is not this stage's).
+    llm.observe_messages([{"role": "tool", "tool_call_id": "call_8", "content": "x"}])
+    await asyncio.sleep(0)
+    assert events == []
+
+
+async def test_tool_calls_where_no_tools_were_offered_are_refused() -> None:
+    call_model, calls = scripted(
+        ModelReply(content="", tool_calls=[CALL_7, ToolCallSpec(id="call_9", name="current_time", arguments="{}")]),
+        ModelReply(content=ANSWER_JSON),
+    )
+
+    result = await asyncio.to_thread(stage_llm(call_model).call, "Q", None, None, None, None, None, Answer)
+
+    assert result == Answer(answer="2", score=1)
+    assert [(c.tools, c.allow_tools) for c in calls] == [(None, True), (None, False)]
+    assert calls[1].messages[-1] == {
+        "role": "user",
+        "content": repair_text("it called calculator, current_time, but no tool can be called in this answer"),
+    }
+
+
+CUT = "it was cut off at the output limit, so the JSON is incomplete; keep the answer shorter"
+
+
+@pytest.mark.parametrize(
+    ("content", "finish_reason", "problem"),
+    [
+        ("  \n  ", "stop", "it was blank"),
+        ("", None, "it was blank"),
+        ('{"answer": "a long', "length", CUT),
+        # A thinking model can spend the whole budget on its reasoning.
+        (None, "length", CUT),
+    ],
+    ids=["blank", "empty", "cut", "empty-at-limit"],
+)
+async def test_blank_and_cut_answers_are_repaired_saying_what_happened(
+    content: str | None, finish_reason: str | None, problem: str
+) -> None:
+    call_model, calls = scripted(
+        ModelReply(content=content, finish_reason=finish_reason), ModelReply(content=ANSWER_JSON)
+    )
+
+    result = await asyncio.to_thread(stage_llm(call_model).call, "Q", TOOLS)
+
+    assert json.loads(result) == {"answer": "2", "score": 1}
+    assert calls[1].messages == [
+        {"role": "user", "content": "Q"},
+        {"role": "assistant", "content": content or ""},
+        {"role": "user", "content": repair_text(problem)},
+    ]
+
+
+async def test_a_complete_answer_that_hit_the_output_limit_is_used() -> None:
+    # DeepSeek's JSON mode can pad a finished object with whitespace up to max_tokens.
+    call_model, calls = scripted(ModelReply(content=ANSWER_JSON + "\n" * 40, finish_reason="length"))
+    assert json.loads(await asyncio.to_thread(stage_llm(call_model).call, "Q")) == {"answer": "2", "score": 1}
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", "42", "true"])
+async def test_tool_arguments_crewai_cannot_take_end_the_stage_as_invalid_model_output(arguments: str) -> None:
+    call_model, calls = scripted(ModelReply(tool_calls=[ToolCallSpec(id="c1", name="calculator", arguments=arguments)]))
+
+    with pytest.raises(StageOutputError) as raised:
+        await asyncio.to_thread(stage_llm(call_model).call, "Q", TOOLS)
+
+    assert (
+        raised.value.message
+        == "stage 'execution': the model called calculator with arguments that are not a JSON object"
+    )
+    assert raised.value.extra == {"stage": "execution"}
+    assert raised.value.code == "invalid_model_output"
+    assert len(calls) == 1
+
+
+async def test_reasoning_goes_back_on_the_stage_tool_call_turns_only() -> None:
+    call_model, calls = scripted(
+        ModelReply(tool_calls=[CALL_7], reasoning="need the calculator"),
+        ModelReply(content="The answer is 2.", reasoning="easy"),
+        ModelReply(content=ANSWER_JSON, reasoning="as JSON then"),
+    )
+    history_turn = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "old_1", "type": "function", "function": {"name": "calculator", "arguments": "{}"}}],
+        "reasoning_content": "from an earlier turn",
+    }
+    llm = stage_llm(call_model)
+    request = [
+        history_turn,
+        {"role": "tool", "tool_call_id": "old_1", "content": "1"},
+        {"role": "user", "content": "Q"},
+    ]
+    first = await asyncio.to_thread(llm.call, request, TOOLS)
+    # CrewAI rebuilds the tool-call turn from what it was handed: no reasoning.
+    rebuilt = {"role": "assistant", "content": None, "tool_calls": first}
+    await asyncio.to_thread(llm.call, [*request, rebuilt, RESULT_7], TOOLS)
+
+    assert calls[0].messages == request
+    restored = {**rebuilt, "reasoning_content": "need the calculator"}
+    assert calls[1].messages == [*request, restored, RESULT_7]
+    # The rejected answer's reasoning ("easy") is not sent back.
+    assert calls[2].messages == [
+        *request,
+        restored,
+        RESULT_7,
+        {"role": "assistant", "content": "The answer is 2."},
+        {"role": "user", "content": repair_text("(root): Invalid JSON: expected value at line 1 column 1")},
+    ]
+    # CrewAI hands the stage's messages over again and again: what is there is never replaced.
+    kept = {**rebuilt, "reasoning_content": "as sent"}
+    await asyncio.to_thread(llm.call, [kept, RESULT_7], TOOLS)
+    assert calls[3].messages == [kept, RESULT_7]
 
 
 async def test_crewai_does_not_add_its_own_rate_limit_retries() -> None:

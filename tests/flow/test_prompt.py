@@ -166,6 +166,7 @@ def test_missing_bio_is_an_empty_string() -> None:
 
 
 def test_intent_payload_whole(templates: FlowTemplates) -> None:
+    # The intent stage has no request of its own: the user's turn, as they wrote it, is its last message.
     variables = IntentVariables(user_input="{user_input} {0} {__class__}", ai_language="en-US")
     payload = build_stage_prompt_payload("intent", templates=templates, variables=variables)
     assert payload == StagePromptPayload(
@@ -176,10 +177,7 @@ def test_intent_payload_whole(templates: FlowTemplates) -> None:
             backstory=templates.intent.agent.backstory,
             tools=[],
         ),
-        request="Stage: intent\n"
-        'The user\'s latest message (a JSON string): "{user_input} {0} {__class__}"\n'
-        'Reply language (a BCP-47 tag): "en-US"',
-        closing="Answer as the intent stage: only the IntentResult JSON object.",
+        request="{user_input} {0} {__class__}",
     )
 
 
@@ -220,20 +218,31 @@ def test_every_stage_gets_its_own_tools_and_request(templates: FlowTemplates) ->
     )
     assert execution.agent.tools == ["current_time", "calculator", "update_bio"]
     assert organization.agent.tools == []
+    # The values are in the messages before the request (the intent answer, the execution report): only the
+    # stage's name, what to do and which contract to answer with are new.
     assert execution.request == (
         "Stage: execution\n"
-        'Carry out this brief (a JSON string): "do {it}"\n'
-        'What the user wants (a JSON string): "i"\n'
-        'The user\'s latest message (a JSON string): "u"'
+        "Carry out the execution_brief of your intent answer above.\n"
+        "Answer as the execution stage: only the ExecutionResult JSON object."
     )
     assert organization.request == (
         "Stage: organization\n"
-        'The user\'s latest message (a JSON string): "u"\n'
-        'What the user wants (a JSON string): "i"\n'
-        f"The execution report (a JSON object): {json.dumps(report.model_dump(mode='json'), ensure_ascii=False)}\n"
-        'Reply language (a BCP-47 tag): "fr"'
+        "Write the reply to the user from your execution report above.\n"
+        "Answer as the organization stage: only the OrganizationResult JSON object."
     )
-    assert organization.closing == "Answer as the organization stage: only the OrganizationResult JSON object."
+
+
+def test_a_request_template_still_gets_its_values_as_json(templates: FlowTemplates) -> None:
+    task = templates.execution.task.model_copy(update={"request": "Brief: {execution_brief} for {user_input}"})
+    custom = templates.model_copy(update={"execution": templates.execution.model_copy(update={"task": task})})
+    variables = ExecutionVariables(
+        user_input='say "hi"', ai_language="fr", intent_summary="i", execution_brief="do {it}"
+    )
+    payload = build_stage_prompt_payload("execution", templates=custom, variables=variables)
+    assert payload.request == (
+        'Stage: execution\nBrief: "do {it}" for "say \\"hi\\""\n'
+        "Answer as the execution stage: only the ExecutionResult JSON object."
+    )
 
 
 def test_literal_double_braces_in_agent_text_render_as_braces(templates: FlowTemplates) -> None:

@@ -64,13 +64,14 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
         task = templates.stage(stage).task
         assert _placeholders(task.description) == {"output_schema"}
         assert _placeholders(task.expected_output) == set()
-    assert _placeholders(templates.intent.task.request) == {"user_input", "ai_language"}
-    assert _placeholders(templates.execution.task.request) == {"user_input", "intent_summary", "execution_brief"}
-    assert _placeholders(templates.organization.task.request) == {
-        "user_input",
-        "intent_summary",
-        "execution_report",
-        "ai_language",
+    # The intent stage has no request (the user's turn is its last message); the others repeat no values: they
+    # come right after the answer that holds them.
+    assert templates.intent.task.request is None
+    assert templates.execution.task.request == "Carry out the execution_brief of your intent answer above.\n"
+    assert templates.organization.task.request == "Write the reply to the user from your execution report above.\n"
+    # Each task's model choice is written down: the service's model, thinking off (tasks.yaml says why).
+    assert {name: (task.model, task.thinking, task.reasoning_effort) for name, task in templates.tasks().items()} == {
+        name: (None, "disabled", None) for name in ("intent", "execution", "organization", "memory_summary")
     }
     # Every model call has an output cap: each stage's, and the memory summary's.
     assert {stage: templates.stage(stage).task.max_tokens for stage in ("intent", "execution", "organization")} == {
@@ -180,7 +181,23 @@ def _description_with(extra: str, stage: str = "execution", key: str = "descript
             "tasks.yaml",
             "execution.request: unknown placeholder {output_schema}",
         ),
-        (_del("tasks.intent.request"), "tasks.yaml", "intent.request: Field required"),
+        (_del("tasks.execution.request"), "tasks.yaml", "execution.request: Field required"),
+        (
+            _set("tasks", "intent", "request", "{user_input}"),
+            "tasks.yaml",
+            "intent.request: the intent stage takes no request: the user's turn is its last message",
+        ),
+        (
+            _set("tasks", "intent", "thinking", "sometimes"),
+            "tasks.yaml",
+            "intent.thinking: Input should be 'enabled' or 'disabled'",
+        ),
+        (_del("tasks.memory_summary.thinking"), "tasks.yaml", "memory_summary.thinking: Field required"),
+        (
+            _set("tasks", "execution", "reasoning_effort", "max"),
+            "tasks.yaml",
+            "execution: Value error, reasoning_effort needs thinking: enabled",
+        ),
         (
             _set("tasks", "organization", "expected_output", "JSON {"),
             "tasks.yaml",
@@ -193,9 +210,9 @@ def _description_with(extra: str, stage: str = "execution", key: str = "descript
             "execution.description: missing required placeholder {output_schema}",
         ),
         (
-            _set("tasks", "organization", "request", "{user_input}"),
+            _set("tasks", "organization", "request", "{user_input} {output_schema}"),
             "tasks.yaml",
-            "organization.request: missing required placeholder {ai_language}, {execution_report}",
+            "organization.request: unknown placeholder {output_schema}",
         ),
         (
             _set("agents", "intent", "goal", "Help {user_input}"),
@@ -258,11 +275,11 @@ def test_missing_file_is_reported(tmp_path: Path) -> None:
 
 
 def test_hostile_braces_in_user_input_are_inserted_verbatim() -> None:
-    template = load_flow_templates(CONFIG_DIR).intent.task.request
-    variables = IntentVariables(user_input=HOSTILE, ai_language="en-US")
+    template = "Brief: {execution_brief}; the user said {user_input}"
+    variables = ExecutionVariables(user_input=HOSTILE, ai_language="en-US", intent_summary="s", execution_brief="b")
     rendered = render_template(template, variables.template_values())
     # Independent oracle: plain substring replacement, user_input last so its braces are never looked at.
-    expected = template.replace("{ai_language}", '"en-US"').replace("{user_input}", json.dumps(HOSTILE))
+    expected = template.replace("{execution_brief}", '"b"').replace("{user_input}", json.dumps(HOSTILE))
     assert rendered == expected
     assert rendered.count(json.dumps(HOSTILE)) == 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -93,6 +94,8 @@ async def test_plain_answer_is_labelled_priced_at_zero_and_offline(client: LLMCl
             output_tokens=24,
             cache_hit_tokens=0,
             cache_miss_tokens=5,
+            price_tier="standard",
+            price_effective_from=datetime(2000, 1, 1, tzinfo=UTC),
         ),
         finish_reason="stop",
         is_demo=True,

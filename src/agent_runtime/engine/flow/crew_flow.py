@@ -19,20 +19,20 @@ agent executor) ends with a synchronous `crewai_event_bus.flush()` that waits fo
 every run in the process, plus executor construction, routing and event bookkeeping, all of which would
 otherwise run on the app's loop (measured in docs/crewai-notes.md).
 
-What the model sees in every stage (cache-friendly: the prefix up to the history is identical for all
-three stages and all turns of a session, so DeepSeek's prefix cache bills it at the cache-hit price):
+What the model sees (engine/flow/prompt.py says why: DeepSeek's cache hits only whole prefixes it has seen): each
+stage's call repeats the previous stage's call and answer as they were, and adds its own request after them.
 
-    system:  the run's system prompt: policy, all three stages' instructions, profile (`prompt.py`)
-    ...      the session's history (user/assistant/tool turns as stored)
-    user:    "Stage: <name>\\n<the YAML task's request, with this call's values>\\n<closing line>"
-    (execution only) assistant tool calls / tool results, as native tool calling produces them
+    system:    the run's system prompt: policy, all three stages' instructions, profile (`prompt.py`)
+    ...        the session's history (user/assistant/tool turns as stored)
+    user:      the user's turn (the intent stage's request: nothing else is added to it)
+    assistant: the intent answer (JSON), then, for execution: "Stage: execution\n<request>\n<closing line>",
+               tool calls and results; for organization, after the execution answer: "Stage: organization ..."
 
-CrewAI builds that user message from its prompt templates: by default they wrap the request in the agent's
-role, backstory and goal ("You are {role}. ...\\nCurrent Task: ..."), which would put the stage's static
-texts after the history again. The agent's `system_template` "{input}" and `prompt_template` (the closing
-line) make it just the request and that line: with both set, CrewAI renders "<system_template>\\n<prompt_template>" and
-fills `{input}` with our request (`use_system_prompt=False` keeps it from adding a stage-specific system
-message in front of the history).
+CrewAI builds the request message from its prompt templates: by default they wrap it in the agent's role,
+backstory and goal ("You are {role}. ...\nCurrent Task: ..."), which would put the stage's static texts after the
+history again. The agent's `system_template` "{input}" and `prompt_template` `crew_llm.REQUEST_END` make it
+"<request>\n<REQUEST_END>", and `DelegatingLLM` strips the marker: the model gets our request byte for byte
+(`use_system_prompt=False` keeps CrewAI from adding a stage-specific system message in front of the history).
 
 Kept away: no LanceDB memory (`_skip_auto_memory`), no agent memory, no sqlite (the Crew path writes task
 outputs to sqlite on every kickoff; `Agent.kickoff_async` does not), no temp files for large tool
@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from pydantic import Field, PrivateAttr
 
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
-from agent_runtime.engine.flow.crew_llm import DelegatingLLM
+from agent_runtime.engine.flow.crew_llm import REQUEST_END, DelegatingLLM
 from agent_runtime.engine.flow.crewai_env import require_crewai_env
 from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
@@ -75,6 +75,7 @@ require_crewai_env()
 from crewai import Agent  # noqa: E402
 from crewai.flow.flow import Flow, FlowState, listen, router, start  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
+from crewai.tools.tool_failure import ToolExecutionFailedError  # noqa: E402
 
 if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage
@@ -136,6 +137,8 @@ class AgentFlow(Flow[AgentFlowState]):
     _deps: FlowDeps | None = PrivateAttr(default=None)
     _llms: list[DelegatingLLM] = PrivateAttr(default_factory=list)
     _tool_calls: ToolCalls = PrivateAttr(default_factory=ToolCalls)
+    # Each finished stage's transcript (DelegatingLLM.transcript): the next stage's messages start with it.
+    _transcripts: dict[str, list[dict[str, Any]]] = PrivateAttr(default_factory=dict)
     # The app's event loop: model calls and tools run there, whichever loop drives the flow.
     _app_loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
 
@@ -236,6 +239,22 @@ class AgentFlow(Flow[AgentFlowState]):
 
     # -- one stage = one CrewAI agent ----------------------------------------------------------------
 
+    def _turn_start(self) -> list[dict[str, Any]]:
+        """What every stage call of the turn starts with: the system prompt, the history, the user's turn."""
+        state: AgentFlowState = self.state
+        system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
+        return [*system, *state.history, {"role": "user", "content": state.user_input}]
+
+    def _after(self, stage: str) -> list[dict[str, Any]]:
+        """The messages a later stage starts with: the call that gave `stage`'s answer, and that answer. A resumed
+        turn has no intent call in this run: its intent answer is the one the stopped run decided."""
+        transcript = self._transcripts.get(stage)
+        if transcript is not None:
+            return transcript
+        state: AgentFlowState = self.state
+        intent = _required(state.intent, "intent")
+        return [*self._turn_start(), {"role": "assistant", "content": intent.model_dump_json()}]
+
     async def _run_stage(self, payload: StagePromptPayload, contract: type[_ContractT]) -> _ContractT:
         deps = self._require_deps()
         stage = payload.stage
@@ -262,7 +281,7 @@ class AgentFlow(Flow[AgentFlowState]):
             max_iter=deps.max_tool_iterations,
             # See the module docstring: the user message is our request and its closing line, nothing else.
             system_template="{input}",
-            prompt_template=payload.closing,
+            prompt_template=REQUEST_END,
             use_system_prompt=False,
             respect_context_window=False,
             use_better_compaction=False,
@@ -270,9 +289,18 @@ class AgentFlow(Flow[AgentFlowState]):
             verbose=False,
         )
         with stage_observed(stage):
-            output = await agent.kickoff_async(self._messages(stage, payload.request), contract)
+            try:
+                output = await agent.kickoff_async(self._messages(stage, payload.request), contract)
+            except ToolExecutionFailedError as exc:
+                # CrewAI's end of a stage whose model keeps making the same tool call and getting the same
+                # result (MAX_REPEATED_TOOL_CALLS; the only tool failure it raises on under the default policy).
+                raise StageOutputError(
+                    f"stage {stage!r}: {exc.record.failure.message}",
+                    extra={"stage": stage, "tool": exc.record.tool_name},
+                ) from exc
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
         llm.observe_messages(output.messages)
+        self._transcripts[stage] = llm.transcript
         result = output.pydantic
         if not isinstance(result, contract):
             raise StageOutputError(f"stage {stage!r} produced no {contract.__name__}", extra={"stage": stage})
@@ -280,11 +308,15 @@ class AgentFlow(Flow[AgentFlowState]):
 
     def _messages(self, stage: str, request: str) -> list[LLMMessage]:
         state: AgentFlowState = self.state
-        system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
-        # CrewAI keeps messages after the request (its "trailing" turns) after it: the resumed tool loop.
-        after = state.continuation if stage == "execution" else []
+        if stage == "intent":
+            messages = self._turn_start()  # the request is the user's turn itself
+        elif stage == "execution":
+            # CrewAI keeps messages after the request (its "trailing" turns) after it: the resumed tool loop.
+            messages = [*self._after("intent"), {"role": "user", "content": request}, *state.continuation]
+        else:
+            messages = [*self._after("execution"), {"role": "user", "content": request}]
         # Adapter boundary: wire dicts are what CrewAI's LLMMessage TypedDict describes.
-        return cast("list[LLMMessage]", [*system, *state.history, {"role": "user", "content": request}, *after])
+        return cast("list[LLMMessage]", messages)
 
     def _stage_tools(self, names: Sequence[str]) -> list[BaseTool]:
         if not names:

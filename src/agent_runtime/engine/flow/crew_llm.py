@@ -17,9 +17,21 @@ layer lives on the app's event loop, so `call` hands the coroutine to it with
 
 Structured output: a stage declares its contract (`output_model`). Every final answer of the stage (no
 tool calls) is validated here against it, including the contract's own validators; a bad answer gets a
-repair turn (the bad answer + what was wrong) and is asked again, at most `max_json_retries` times, then
-`StageOutputError`. Doing it here keeps it bounded and visible: CrewAI's own fallback for a tool stage's
-bad final answer is a `Converter` call whose failure is swallowed (the output's `pydantic` is `None`).
+repair turn (the bad answer's text + what was wrong: its validation errors, or that it was blank, or cut at
+the output limit (finish_reason "length"), or called tools where none may be called; the contract named by
+its schema title, as the system prompt holds all three stages' schemas) and is asked again, at most
+`max_json_retries` times, then `StageOutputError`. A repair call never lets the model call tools
+(`ModelCall.allow_tools`): offered them again, a model that answered in prose after a tool result calls the
+same tool again, until CrewAI's repeated-call guard ends the stage. Doing it here keeps it bounded and
+visible: CrewAI's own fallback for a tool stage's bad final answer is a `Converter` call whose failure is
+swallowed (the output's `pydantic` is `None`). What CrewAI itself raises on model behaviour (an identical
+tool call repeated, arguments it cannot take) becomes `StageOutputError` too (here, or in `crew_flow`).
+
+Thinking: a reply's reasoning (`ModelReply.reasoning`) is remembered under the ids of the tool calls handed
+over with it and put back (`reasoning_content`) on the assistant turn carrying those calls in every later
+call of the stage: CrewAI rebuilds that turn without it, and DeepSeek's thinking mode answers 400 when the
+reasoning of a tool-call turn is not sent back. History turns keep theirs as they come (CrewAI passes the
+key through). The reasoning of an answer without tool calls is never sent back.
 
 Retries: `BaseLLM.__init_subclass__` wraps a subclass's own `call`/`acall` in CrewAI's rate-limit retry
 (3 attempts, 1-8 s `time.sleep` on a worker thread). Our LLM layer already retries, so the methods live on
@@ -66,19 +78,20 @@ from agent_runtime.engine.flow.model_call import (
     CallModel,
     EventSink,
     ModelCall,
+    ModelReply,
     StageCancelledError,
     StageOutputError,
     ToolResultObserved,
 )
 from agent_runtime.engine.flow.threads import waiting_for_the_loop
 from agent_runtime.engine.flow.wire import (
+    refused_tool_calls,
     repair_instruction,
-    strip_code_fence,
     wire_messages,
     wire_tools,
     with_schema_instruction,
 )
-from agent_runtime.engine.messages.metadata import ToolCallSpec
+from agent_runtime.engine.llm.repair import strip_code_fence, unusable_answer
 
 if TYPE_CHECKING:
     from crewai.agents.agent_builder.base_agent import BaseAgent
@@ -118,7 +131,11 @@ class _DelegatingLLMBody(BaseModel):
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
     _sink: EventSink | None = PrivateAttr(default=None)
     _issued_calls: dict[str, str] = PrivateAttr(default_factory=dict)
+    # Tool call id -> the reasoning of the reply that made it (thinking mode), put back in the stage's later calls.
+    _reasoning_by_call: dict[str, str] = PrivateAttr(default_factory=dict)
     _reported_results: set[str] = PrivateAttr(default_factory=set)
+    # The messages of the call that gave the stage's accepted answer, and that answer: where the next stage starts.
+    _transcript: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _inflight: set[concurrent.futures.Future[Any]] = PrivateAttr(default_factory=set)
     _closed: bool = PrivateAttr(default=False)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -253,6 +270,13 @@ class _DelegatingLLMBody(BaseModel):
         for future in inflight:
             future.cancel()
 
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The messages of the call whose answer the stage accepted (repair turns left out), then that answer as the
+        model wrote it: the next stage of the turn starts with exactly these, so the provider's cache holds all of
+        it (engine/flow/prompt.py). Empty until the stage has an accepted answer."""
+        return list(self._transcript)
+
     def observe_messages(self, messages: list[dict[str, Any]] | list[LLMMessage]) -> None:
         """Report tool results in `messages` not reported yet (e.g. the stage's final transcript).
 
@@ -286,7 +310,7 @@ class _DelegatingLLMBody(BaseModel):
         call_model = self._call_model
         if call_model is None:
             raise RuntimeError("DelegatingLLM was built without call_model; use DelegatingLLM.for_stage()")
-        wire = wire_messages(messages)
+        wire = _without_request_end(wire_messages(messages, self._reasoning_by_call))
         self.observe_messages(wire)
         contract = response_model or self.output_model
         if contract is not None and self.inject_schema:
@@ -303,39 +327,64 @@ class _DelegatingLLMBody(BaseModel):
                 stage=self.stage,
                 attempt=attempt,
                 max_tokens=self.max_output_tokens,
+                # A repair asks for the answer alone. Offered the tools again, a model that answered in prose
+                # after a tool result calls the same tool again, and CrewAI ends the stage on the 5th identical
+                # call (MAX_REPEATED_TOOL_CALLS) instead of letting it answer.
+                allow_tools=attempt == 0,
             )
             reply = await call_model(request)
-            if reply.tool_calls and offered_tools:
-                return self._hand_over_tool_calls(reply.tool_calls)
+            if reply.tool_calls and offered_tools and request.allow_tools:
+                return self._hand_over_tool_calls(reply)
             content = reply.content or ""
             if contract is None:
+                self._transcript = [*wire, {"role": "assistant", "content": content}]
                 return content
-            try:
-                parsed = contract.model_validate_json(strip_code_fence(content))
-            except ValidationError as exc:
-                if attempt >= self.max_json_retries:
-                    raise StageOutputError(
-                        f"stage {self.stage!r}: the model's answer did not match {contract.__name__} "
-                        f"after {attempt + 1} attempts",
-                        extra={"stage": self.stage, "attempts": attempt + 1},
-                    ) from exc
-                attempt += 1
-                conversation = [
-                    *conversation,
-                    {"role": "assistant", "content": content},
-                    {"role": "user", "content": repair_instruction(exc)},
-                ]
-                continue
-            # CrewAI wants the instance when it asked for a model; a tool stage's final answer goes back as
-            # text and CrewAI validates it again into the kickoff's response_format (cheap, always valid).
-            return parsed if response_model is not None else parsed.model_dump_json()
+            if reply.tool_calls:
+                # No tools offered, or none allowed in a repair: nothing would run these calls.
+                problem = refused_tool_calls(reply.tool_calls)
+            else:
+                try:
+                    parsed = contract.model_validate_json(strip_code_fence(content))
+                except ValidationError as exc:
+                    problem = unusable_answer(content, reply.finish_reason, exc)
+                else:
+                    self._transcript = [*wire, {"role": "assistant", "content": content}]
+                    # CrewAI wants the instance when it asked for a model; a tool stage's final answer goes back
+                    # as text and CrewAI validates it again into the kickoff's response_format (cheap, always valid).
+                    return parsed if response_model is not None else parsed.model_dump_json()
+            if attempt >= self.max_json_retries:
+                raise StageOutputError(
+                    f"stage {self.stage!r}: the model's answer did not match {contract.__name__} "
+                    f"after {attempt + 1} attempts",
+                    extra={"stage": self.stage, "attempts": attempt + 1},
+                )
+            attempt += 1
+            conversation = [
+                *conversation,
+                # The answer's text only: refused tool calls would need results, and the reasoning of an answer
+                # without tool calls is never sent back.
+                {"role": "assistant", "content": content},
+                {
+                    "role": "user",
+                    "content": repair_instruction(problem, contract, schema_in_request=self.inject_schema),
+                },
+            ]
 
-    def _hand_over_tool_calls(self, tool_calls: list[ToolCallSpec]) -> list[dict[str, Any]]:
-        for tool_call in tool_calls:
+    def _hand_over_tool_calls(self, reply: ModelReply) -> list[dict[str, Any]]:
+        for tool_call in reply.tool_calls:
+            if _arguments_crewai_cannot_take(tool_call.arguments):
+                raise StageOutputError(
+                    f"stage {self.stage!r}: the model called {tool_call.name} with arguments that are not "
+                    "a JSON object",
+                    extra={"stage": self.stage},
+                )
+        for tool_call in reply.tool_calls:
             self._issued_calls[tool_call.id] = tool_call.name
+            if reply.reasoning is not None:
+                self._reasoning_by_call[tool_call.id] = reply.reasoning
         return [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            for call in tool_calls
+            for call in reply.tool_calls
         ]
 
     def _emit(self, event: ToolResultObserved) -> None:
@@ -381,12 +430,38 @@ def delegating_llm_class() -> type[DelegatingLLM]:
     return cast("type[DelegatingLLM]", _DelegatingLLM)
 
 
+REQUEST_END = "\u2063"
+"""The flow's CrewAI `prompt_template` (engine/flow/crew_flow.py). CrewAI writes a stage's request as
+`<request>\n<prompt_template>`; the model gets the request alone, byte for byte what the flow wrote (for the intent
+stage, the user's own turn), so that later calls repeat it exactly (the provider caches whole prefixes)."""
+_REQUEST_SUFFIX = "\n" + REQUEST_END
+
+
+def _without_request_end(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for message in wire:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str) and content.endswith(_REQUEST_SUFFIX):
+            message["content"] = content.removesuffix(_REQUEST_SUFFIX)
+    return wire
+
+
 def _refuse_available_functions(available_functions: dict[str, Any] | None) -> None:
     if available_functions:
         raise NotImplementedError(
             "DelegatingLLM returns tool calls to CrewAI's executor; LLM-side tool execution "
             "(available_functions, used by CrewAI planning/reasoning) is not supported: disable planning"
         )
+
+
+def _arguments_crewai_cannot_take(arguments: str) -> bool:
+    # CrewAI (1.15.30, agent_executor._execute_single_native_tool_call) tells the model when a tool call's
+    # arguments are not JSON, runs a falsy JSON value as {} and a string into the tool's error; a list, a
+    # number or true breaks its ToolUsageStartedEvent (pydantic), outside its error handling.
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    return bool(value) and not isinstance(value, dict | str)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -24,12 +24,26 @@ class ModelCall(BaseModel):
     stage: str
     attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
     max_tokens: int | None = Field(default=None, ge=1, description="The stage's output-token cap (its YAML task).")
+    allow_tools: bool = Field(
+        default=True,
+        description="False: the model must answer without calling a tool (a repair of a stage's answer); `tools` "
+        "still lists the stage's tools, to be sent with tool_choice 'none' or left out. Tool calls in the reply of "
+        "such a call are never run: the adapter rejects that answer.",
+    )
 
 
 class ModelReply(BaseModel):
     content: str | None = None
     # The stored tool_call row's shape: id, name and the arguments JSON text exactly as the model produced it.
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    finish_reason: str | None = Field(
+        default=None, description="The provider's finish_reason; 'length': the answer was cut at max_tokens."
+    )
+    reasoning: str | None = Field(
+        default=None,
+        description="The provider's reasoning_content (thinking mode), '' when it sent the field empty. The adapter "
+        "sends it back with this reply's tool calls in the stage's later calls (DeepSeek answers 400 without it).",
+    )
 
 
 CallModel = Callable[[ModelCall], Awaitable[ModelReply]]

@@ -1,21 +1,22 @@
 """CrewAI agent/task templates from config/crewai/{agents,tasks}.yaml, validated once at start-up.
 
-Placeholders use `str.format` syntax (`{name}`). A stage's texts are in two parts, for DeepSeek's prefix
-cache (engine/flow/prompt.py): what never changes (the agent's role, goal and backstory, the task's
-`description` and `expected_output`) goes into the one system prompt, shared by every stage and turn; what
-changes with each call (the task's `request`) goes last, after the history. So the static texts take no
-placeholders but `{output_schema}` (the stage contract's JSON schema, which the description must use), and
-each stage's `request` may use exactly the fields of that stage's variables model; `*` marks the ones it must
-use:
+Placeholders use `str.format` syntax (`{name}`). A stage's texts are in two parts, for DeepSeek's context cache
+(engine/flow/prompt.py): what never changes (the agent's role, goal and backstory, the task's `description` and
+`expected_output`) goes into the one system prompt, shared by every stage and turn; what changes with each call
+(the execution and organization tasks' `request`) goes last, after the answer of the stage before. So the static
+texts take no placeholders but `{output_schema}` (the stage contract's JSON schema, which the description must
+use), and each stage's `request` may use the fields of that stage's variables model (all optional: the values are
+also in the messages before the request):
 
-    intent:        user_input*, ai_language*
-    execution:     user_input, intent_summary, execution_brief*, ai_language
-    organization:  user_input, intent_summary, execution_report*, ai_language*
+    intent:        no request (the user's turn is the intent call's last message)
+    execution:     user_input, intent_summary, execution_brief, ai_language
+    organization:  user_input, intent_summary, execution_report, ai_language
 
-The chat history is not a placeholder: it reaches the model as chat messages, ahead of the request.
+The chat history is not a placeholder: it reaches the model as chat messages, ahead of the turn.
 
-Every task has `max_tokens`: the output-token cap of each model call it makes (sent as the request's
-`max_tokens`; a stage's tool loop and JSON repairs are capped call by call).
+Every task has `max_tokens` (the output-token cap of each model call it makes, sent as the request's `max_tokens`;
+a stage's tool loop and JSON repairs are capped call by call), `thinking` (enabled or disabled), and optionally
+`model` (a LiteLLM id; default: the service's model) and `reasoning_effort` (low, high, max; thinking only).
 
 `tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
 model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
@@ -34,15 +35,17 @@ import json
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
+from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memory.summary import schema_text as summary_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
+from agent_runtime.settings import DEMO_MODEL, Settings
 
 AGENTS_FILE = "agents.yaml"
 TASKS_FILE = "tasks.yaml"
@@ -99,10 +102,36 @@ class TaskTemplate(_Frozen):
     expected_output: str = Field(min_length=1)
     # Required, so that no model call goes out without a cap on what it may cost in output tokens.
     max_tokens: int = Field(ge=1, description="The most output tokens one model call of this task may produce.")
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="LiteLLM model id of this task's calls; None: the service's model (LLM_MODEL, or "
+        "deepseek/deepseek-flash with DEEPSEEK_API_KEY). Without a provider key every task runs on the demo model.",
+    )
+    # Required: DeepSeek thinks unless told not to, so the choice is always written down.
+    thinking: Literal["enabled", "disabled"] = Field(description="Thinking mode (reasoning before the answer).")
+    reasoning_effort: Literal["low", "high", "max"] | None = Field(
+        default=None, description="How hard a thinking model thinks; None: the provider's default (high)."
+    )
+
+    @model_validator(mode="after")
+    def _effort_needs_thinking(self) -> TaskTemplate:
+        if self.reasoning_effort is not None and self.thinking == "disabled":
+            raise ValueError("reasoning_effort needs thinking: enabled")
+        return self
+
+    @property
+    def thinks(self) -> bool:
+        return self.thinking == "enabled"
 
 
 class StageTaskTemplate(TaskTemplate):
-    request: str = Field(min_length=1, description="The per-call part, sent after the history.")
+    request: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The per-call part, sent after the previous stage's answer; the intent stage has none (the "
+        "user's turn is its last message).",
+    )
 
 
 class StageTemplates(_Frozen):
@@ -126,6 +155,22 @@ class FlowTemplates(_Frozen):
     def summary_max_tokens(self) -> int:
         """The summary call's output cap (`memory_summary.max_tokens`)."""
         return self.memory_summary.max_tokens
+
+    def tasks(self) -> dict[str, TaskTemplate]:
+        """Every task by its name in tasks.yaml (the three stages and memory_summary)."""
+        return {
+            "intent": self.intent.task,
+            "execution": self.execution.task,
+            "organization": self.organization.task,
+            "memory_summary": self.memory_summary,
+        }
+
+    def call_options(self, task: str, settings: Settings) -> CallOptions:
+        """How `task`'s model calls are made: its model (the demo model for every task without a provider key),
+        thinking and effort."""
+        template = self.tasks()[task]
+        model = DEMO_MODEL if settings.is_demo_model else template.model or settings.effective_llm_model
+        return CallOptions(model=model, thinking=template.thinks, reasoning_effort=template.reasoning_effort)
 
     def stage(self, name: StageName) -> StageTemplates:
         return {"intent": self.intent, "execution": self.execution, "organization": self.organization}[name]
@@ -174,12 +219,14 @@ class _StageVariables(_Frozen):
 
 class IntentVariables(_StageVariables):
     stage: ClassVar[StageName] = "intent"
-    required: ClassVar[frozenset[str]] = frozenset({"user_input", "ai_language"})
+    # No request template: `user_input` is the request itself.
+    required: ClassVar[frozenset[str]] = frozenset()
 
 
 class ExecutionVariables(_StageVariables):
     stage: ClassVar[StageName] = "execution"
-    required: ClassVar[frozenset[str]] = frozenset({"execution_brief"})
+    # The brief is also in the intent answer right before the request: repeating it is the template's choice.
+    required: ClassVar[frozenset[str]] = frozenset()
 
     intent_summary: str
     execution_brief: str
@@ -187,7 +234,8 @@ class ExecutionVariables(_StageVariables):
 
 class OrganizationVariables(_StageVariables):
     stage: ClassVar[StageName] = "organization"
-    required: ClassVar[frozenset[str]] = frozenset({"execution_report", "ai_language"})
+    # The report is the execution answer right before the request; the reply language is in the profile.
+    required: ClassVar[frozenset[str]] = frozenset()
 
     intent_summary: str
     execution_report: ExecutionResult
@@ -270,6 +318,14 @@ def _check_task(file: Path, stage: StageName, task: StageTaskTemplate) -> None:
         file, f"{stage}.description", static, _placeholders(file, f"{stage}.description", task.description, static)
     )
     _placeholders(file, f"{stage}.expected_output", task.expected_output, static)
+    if stage == "intent":
+        if task.request is not None:
+            raise TemplateConfigError(
+                f"{file}: intent.request: the intent stage takes no request: the user's turn is its last message"
+            )
+        return
+    if task.request is None:
+        raise TemplateConfigError(f"{file}: {stage}.request: Field required")
     variables = STAGE_VARIABLES[stage]
     used = _placeholders(file, f"{stage}.request", task.request, variables.placeholders())
     _require(file, f"{stage}.request", variables.required, used)

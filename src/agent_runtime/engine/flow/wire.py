@@ -3,21 +3,47 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+
+from agent_runtime.engine.llm.repair import repair_text
+from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage
 
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
-_REPAIR_ERROR_CHARS = 600
+# `reasoning_content`: a thinking model's reasoning on an assistant tool-call turn, which DeepSeek must get back in
+# every later request (history turns carry it from memory; the stage's own get it back in `wire_messages`).
+_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "reasoning_content"})
 
 
-def wire_messages(messages: str | list[LLMMessage]) -> list[dict[str, Any]]:
+def wire_messages(
+    messages: str | list[LLMMessage], reasoning_by_call: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The OpenAI keys of CrewAI's messages; `reasoning_by_call` (tool call id -> the reasoning of the reply that
+    made the call) is put back on tool-call turns that lack it.
+
+    CrewAI rebuilds the assistant turn of the tool calls it was handed (ids, names, arguments only), so within a
+    stage's tool loop the reasoning that came with them is lost on the way back.
+    """
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
-    return [{key: value for key, value in message.items() if key in _MESSAGE_KEYS} for message in messages]
+    wire = [{key: value for key, value in message.items() if key in _MESSAGE_KEYS} for message in messages]
+    if reasoning_by_call:
+        for message in wire:
+            if message.get("role") == "assistant" and message.get("reasoning_content") is None:
+                _restore_reasoning(message, reasoning_by_call)
+    return wire
+
+
+def _restore_reasoning(message: dict[str, Any], reasoning_by_call: Mapping[str, str]) -> None:
+    for call in message.get("tool_calls") or ():
+        reasoning = reasoning_by_call.get(str(call.get("id")))
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+            return
 
 
 def wire_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -58,20 +84,11 @@ def with_schema_instruction(messages: list[dict[str, Any]], contract: type[BaseM
     return [*messages, {"role": "user", "content": instruction}]
 
 
-def strip_code_fence(content: str) -> str:
-    text = content.strip()
-    if text.startswith("```") and text.endswith("```"):
-        text = text[3:-3]
-        if text.startswith("json"):
-            text = text[4:]
-    return text.strip()
+def refused_tool_calls(calls: Sequence[ToolCallSpec]) -> str:
+    """The repair turn's problem for tool calls in an answer that may call no tool (nothing runs them)."""
+    names = ", ".join(dict.fromkeys(call.name for call in calls))
+    return f"it called {names}, but no tool can be called in this answer"
 
 
-def repair_instruction(error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in item['loc']) or '(root)'}: {item['msg']}" for item in error.errors()
-    )
-    return (
-        "Your previous answer could not be used: "
-        f"{problems[:_REPAIR_ERROR_CHARS]}. Answer again with only the JSON object that matches the schema."
-    )
+def repair_instruction(problem: str, contract: type[BaseModel], *, schema_in_request: bool) -> str:
+    return repair_text(problem, contract, where="in my request" if schema_in_request else "in the system prompt")

@@ -45,7 +45,9 @@ def count_tokens(text: str) -> int:
 
 def _answer(messages: list[Any], optional_params: dict[str, Any]) -> DemoAnswer:
     wire = _MESSAGES.validate_python(messages)
-    tools = _TOOLS.validate_python(optional_params.get("tools") or [])
+    # Offered with tool_choice "none" (every call carries the run's tools: runs/gateway.py), they cannot be called.
+    callable_tools = optional_params.get("tool_choice") != "none"
+    tools = _TOOLS.validate_python(optional_params.get("tools") or []) if callable_tools else []
     response_format = optional_params.get("response_format")
     json_mode = isinstance(response_format, dict) and response_format.get("type") == "json_object"
     return demo_answer(wire, tools, json_mode)

@@ -1,8 +1,9 @@
 """What the offline demo model answers: deterministic, labelled as a demo, valid for the three agent stages.
 
-The stage is recognised by the latest message that names one: by a JSON-schema title, or by the contract's
-name (the flow's stage request ends with it, while the system prompt holds all three stages' schemas); the
-user's request is the latest user message that is not a stage template, wherever it sits in the list.
+The stage is recognised by the last user message, as the flow writes it (engine/flow/prompt.py): a stage request
+starts with `Stage: <name>`, a repair turn or the summary task names its contract, and the user's own turn is the
+intent stage's request (when a system prompt holds the stages). The user's words are the latest user message that is
+neither a stage request nor a repair.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from pydantic import BaseModel, Field
 from agent_runtime.engine.llm.models import ToolSchema, WireFunctionCall, WireMessage, WireToolCall
 
 DEMO_PREFIX = "[demo model]"
+# How the flow starts a stage's request (engine/flow/prompt.py; llm must not import flow).
+STAGE_REQUEST_PREFIX = "Stage: "
+# How the flow's repair turns start (engine/flow/wire.py).
+REPAIR_PREFIX = "Your previous answer could not be used"
+STAGE_CONTRACT_OF = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
 STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie
 # The chat memory's summary task (engine/memory/summary.py), recognised like a stage by its schema title.
 SUMMARY_TITLE = "ConversationSummary"
@@ -88,15 +94,26 @@ class _Summary(BaseModel):
     summary: str
 
 
+def _is_stage_request(content: str) -> bool:
+    return content.startswith(STAGE_REQUEST_PREFIX)
+
+
 def detect_stage(messages: list[WireMessage]) -> str | None:
-    for message in reversed(messages):
-        if not message.content:
-            continue
-        if match := _SCHEMA_TITLE.search(message.content):
-            return match.group(1)
-        for title in STAGE_TITLES:
-            if title in message.content:
-                return title
+    """The contract the last user message asks for: a stage request names its stage (`Stage: <name>`), a repair
+    or the summary task names its contract; the user's own turn is the intent stage's request (flow/prompt.py)."""
+    last = next((m.content for m in reversed(messages) if m.role == "user" and m.content), None)
+    if last is None:
+        return None
+    if _is_stage_request(last):
+        return STAGE_CONTRACT_OF.get(last.split("\n", 1)[0].removeprefix(STAGE_REQUEST_PREFIX).strip())
+    if match := _SCHEMA_TITLE.search(last):
+        return match.group(1)
+    for title in STAGE_TITLES:
+        if title in last:
+            return title
+    # The user's own turn is the intent stage's request, when a system prompt holds the stages.
+    if any(m.role == "system" and m.content and "IntentResult" in m.content for m in messages):
+        return "IntentResult"
     return None
 
 
@@ -122,15 +139,13 @@ def _quoted_user_text(text: str) -> str | None:
 
 
 def user_request(messages: list[WireMessage]) -> str:
-    """The text of the last user turn; when a stage template wraps it, the user's words inside it.
-
-    Templates quote the user's message as a JSON string after a label naming the user; failing that, the
-    schema (JSON blocks) is cut away so its wording cannot be mistaken for the request.
-    """
+    """The user's words: the last user message that is neither a stage request nor a repair turn; words a template
+    quotes are taken out of it, and a schema's wording is cut away."""
     users = [m.content for m in messages if m.role == "user" and m.content]
-    if not users:
+    turns = [text for text in users if not _is_stage_request(text) and not text.startswith(REPAIR_PREFIX)]
+    if not turns:
         return ""
-    last = users[-1]
+    last = turns[-1]
     quoted = _quoted_user_text(last)
     if quoted is not None:
         return quoted
@@ -241,8 +256,14 @@ def _tool_names(messages: list[WireMessage]) -> dict[str, str]:
     return {call.id: call.function.name for m in messages for call in (m.tool_calls or [])}
 
 
+def _this_stage(messages: list[WireMessage]) -> list[WireMessage]:
+    """The messages after the stage's request: the history before it holds earlier turns' tool results."""
+    starts = [i for i, m in enumerate(messages) if m.role == "user" and m.content and _is_stage_request(m.content)]
+    return messages[starts[-1] + 1 :] if starts else messages
+
+
 def execution_answer(messages: list[WireMessage], tools: list[ToolSchema]) -> DemoAnswer:
-    results = [m for m in messages if m.role == "tool"]
+    results = [m for m in _this_stage(messages) if m.role == "tool"]
     request = user_request(messages)
     if tools and not results:
         call = choose_tool_call(tools, request, salt=len(messages))
@@ -305,6 +326,7 @@ def summary_answer(messages: list[WireMessage]) -> DemoAnswer:
 
 
 def demo_answer(messages: list[WireMessage], tools: list[ToolSchema], json_mode: bool) -> DemoAnswer:
+    """`tools`: the tools the model may call now (none when the request's tool_choice is "none")."""
     stage = detect_stage(messages)
     if stage == SUMMARY_TITLE:
         return summary_answer(messages)

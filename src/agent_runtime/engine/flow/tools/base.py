@@ -12,6 +12,7 @@ from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from agent_runtime.engine.llm.models import FunctionSpec, ToolSchema
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability import metrics
 from agent_runtime.observability.tracing import mark_failed, tool_span
@@ -70,6 +71,13 @@ class Tool(ABC, Generic[ArgsT]):
         self.description = description
         self.args_model = args_model
         self.timeout_seconds = timeout_seconds
+
+    def openai_schema(self) -> ToolSchema:
+        """The tool as the model is offered it (the same bytes on every call: the provider caches prompt prefixes)."""
+        spec = FunctionSpec(
+            name=self.name, description=self.description, parameters=self.args_model.model_json_schema()
+        )
+        return ToolSchema(function=spec)
 
     @abstractmethod
     async def execute(self, args: ArgsT, ctx: UserAgentContext) -> BaseModel:
