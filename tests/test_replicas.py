@@ -65,7 +65,7 @@ async def replicas(
     workdir = tmp_path_factory.mktemp("replicas")
     async with DeepSeekStub(api_key=STUB_API_KEY, responder=respond) as stub:
         env = {
-            "LLM_MODEL": "deepseek/deepseek-chat",
+            "LLM_MODEL": "deepseek/deepseek-flash",
             "LLM_API_BASE": stub.base_url,
             "DEEPSEEK_API_KEY": STUB_API_KEY,
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),

@@ -83,7 +83,7 @@ def test_an_openai_key_without_a_model_is_refused(clean_env: pytest.MonkeyPatch)
 
 def test_a_deepseek_key_alone_selects_deepseek(clean_env: pytest.MonkeyPatch) -> None:
     clean_env.setenv("DEEPSEEK_API_KEY", "sk-test")
-    assert Settings().effective_llm_model == "deepseek/deepseek-chat"
+    assert Settings().effective_llm_model == "deepseek/deepseek-flash"
 
 
 def test_the_cli_stops_with_the_reason(clean_env: pytest.MonkeyPatch) -> None:

@@ -71,7 +71,7 @@ async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -
         env = {
             "WORKERS": "2",
             "METRICS_PORT": str(metrics_port),
-            "LLM_MODEL": "deepseek/deepseek-chat",
+            "LLM_MODEL": "deepseek/deepseek-flash",
             "LLM_API_BASE": stub.base_url,
             "DEEPSEEK_API_KEY": STUB_API_KEY,
             "SHUTDOWN_GRACE_SECONDS": "1",

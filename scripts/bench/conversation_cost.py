@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from agent_runtime.engine.runtime import RuntimeEngine
 
 API_KEY = "sk-bench-cost"
-MODEL = "deepseek/deepseek-chat"
+MODEL = "deepseek/deepseek-flash"
 _HIGH = {"memory_max_messages": 20, "memory_max_tokens": 8000}
 POLICIES: dict[str, dict[str, Any]] = {
     "no window": {

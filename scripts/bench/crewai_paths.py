@@ -190,7 +190,7 @@ def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]
     async def run(route: str, latency: float) -> object:
         deps = FlowDeps(
             call_model=_fake_model(route, latency),
-            model="deepseek/deepseek-chat",
+            model="deepseek/deepseek-flash",
             templates=templates,
             user_context=context,
             threads=threads if path == "agent" else None,

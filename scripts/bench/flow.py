@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from agent_runtime.engine.runtime import RuntimeEngine
 
 API_KEY = "sk-bench-flow"
-MODEL = "deepseek/deepseek-chat"
+MODEL = "deepseek/deepseek-flash"
 FULL, SHORT, SLOW = "[bench:full]", "[bench:short]", "[bench:slow]"
 TARGET_FULL_MS, TARGET_SHORT_MS, TARGET_LAG_P99_MS = 100.0, 35.0, 100.0
 TICK_SECONDS = 0.005

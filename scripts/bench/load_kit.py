@@ -35,7 +35,7 @@ TOOL_RESULT = '{"expression":"12*7","result":"84"}'
 # Our per-user quotas are off (0 = no limit) so that the benchmark measures the run path, not the quotas: each
 # session belongs to its own user anyway, but a closed loop starts more than 20 runs a minute on one session.
 OURS_ENV = {
-    "LLM_MODEL": "deepseek/deepseek-chat",
+    "LLM_MODEL": "deepseek/deepseek-flash",
     "DEEPSEEK_API_KEY": "sk-perf",
     "JWT_SECRET": BENCH_SECRET,
     "MEMORY_SUMMARY": "false",

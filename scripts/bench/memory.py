@@ -80,7 +80,7 @@ TOKEN_BUDGET = 3000
 CONCURRENT_ADDS = 16
 DEMO_ROUNDS = 3
 WARMUP = 3
-MODEL = "deepseek/deepseek-chat"
+MODEL = "deepseek/deepseek-flash"
 
 _VOCABULARY = (
     "the a to of and in that is for it on with as was be this by are at from or have an not they which you "

@@ -31,11 +31,12 @@ def _config_or_exit(settings: Settings) -> None:
     """The YAML files, checked before anything starts: one line naming the file and key, not a traceback."""
     from agent_runtime.engine.billing.pricing import PricingConfigError
     from agent_runtime.engine.flow.templates import TemplateConfigError
+    from agent_runtime.engine.llm.catalog import ModelConfigError
     from agent_runtime.engine.runtime import load_config
 
     try:
         load_config(settings)
-    except (TemplateConfigError, PricingConfigError) as exc:
+    except (TemplateConfigError, PricingConfigError, ModelConfigError) as exc:
         sys.exit(f"invalid configuration: {exc}")
 
 

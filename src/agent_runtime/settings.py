@@ -16,6 +16,8 @@ DEV_JWT_SECRET = "dev-insecure-secret-change-me-0123456789"
 # RFC 7518 section 3.2: an HS256 key must be at least as long as the hash output (256 bits).
 MIN_JWT_SECRET_BYTES = 32
 DEMO_MODEL = "demo/agent"
+# The model DEEPSEEK_API_KEY selects (DeepSeek-V4.1-Flash, api-docs.deepseek.com/zh-cn/quick_start/pricing).
+DEEPSEEK_DEFAULT_MODEL = "deepseek/deepseek-flash"
 
 
 def _default_data_dir() -> Path:
@@ -76,10 +78,11 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_base_seconds: float = Field(default=0.5, ge=0)
     llm_retry_max_seconds: float = Field(default=8.0, ge=0)
-    # Data files: CONFIG_DIR holds pricing.yaml and crewai/ (default: the copy shipped in the package, see
-    # resources.py); PRICING_FILE and CREWAI_CONFIG_DIR point at one of them elsewhere.
+    # Data files: CONFIG_DIR holds pricing.yaml, models.yaml and crewai/ (default: the copy shipped in the package,
+    # see resources.py); PRICING_FILE, MODELS_FILE and CREWAI_CONFIG_DIR point at one of them elsewhere.
     config_dir: Path = Field(default_factory=default_config_dir)
     pricing_file: Path
+    models_file: Path
     migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
     memory_max_messages: int = Field(default=20, ge=1)
@@ -153,6 +156,7 @@ class Settings(BaseSettings):
         if isinstance(data, dict):
             base = Path(data.get("config_dir") or default_config_dir())
             data.setdefault("pricing_file", base / "pricing.yaml")
+            data.setdefault("models_file", base / "models.yaml")
             data.setdefault("crewai_config_dir", base / "crewai")
         return data
 
@@ -197,7 +201,7 @@ class Settings(BaseSettings):
         if self.llm_model:
             return self.llm_model
         if self.deepseek_api_key is not None:
-            return "deepseek/deepseek-chat"
+            return DEEPSEEK_DEFAULT_MODEL
         return DEMO_MODEL
 
     @property
@@ -241,6 +245,7 @@ def get_settings() -> Settings:
 
 
 __all__ = [
+    "DEEPSEEK_DEFAULT_MODEL",
     "DEMO_MODEL",
     "DEV_JWT_SECRET",
     "MIN_JWT_SECRET_BYTES",

@@ -22,7 +22,7 @@ async def servers(
     workdir = tmp_path_factory.mktemp("agui-conformance")
     closed_port = free_port()  # nothing listens there: connection refused
     failing_env = {
-        "LLM_MODEL": "deepseek/deepseek-chat",
+        "LLM_MODEL": "deepseek/deepseek-flash",
         "DEEPSEEK_API_KEY": "x",
         "LLM_API_BASE": f"http://127.0.0.1:{closed_port}",
         "LLM_MAX_RETRIES": "0",

@@ -1,15 +1,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from tests.stubs.deepseek_stub import DeepSeekStub
 
 from agent_runtime.engine.llm import LLMClient
+from agent_runtime.engine.llm.catalog import ModelCatalog, ModelsFile
 from agent_runtime.settings import Settings
 
 MakeClient = Callable[..., LLMClient]
+# Calls are priced at their start: a Tuesday, 10:30 in Beijing (deepseek-flash at peak: 0.04 / 2 / 8 CNY per
+# million cache-hit, cache-miss and output tokens).
+PEAK = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)
+PEAK_ENTRY = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -20,7 +26,7 @@ async def stub() -> AsyncIterator[DeepSeekStub]:
 
 def stub_settings(stub: DeepSeekStub, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
-        "llm_model": "deepseek/deepseek-chat",
+        "llm_model": "deepseek/deepseek-flash",
         "llm_api_base": stub.base_url,
         "deepseek_api_key": stub.api_key,
         "openai_api_key": None,
@@ -39,7 +45,8 @@ def make_client(stub: DeepSeekStub) -> MakeClient:
     """A client pointed at the stub; keyword arguments override its settings."""
 
     def build(**overrides: Any) -> LLMClient:
-        return LLMClient(stub_settings(stub, **overrides))
+        # One model's own retries; the fallback chain is tests/llm/test_llm_fallbacks.py's.
+        return LLMClient(stub_settings(stub, **overrides), catalog=ModelCatalog(ModelsFile()), clock=lambda: PEAK)
 
     return build
 

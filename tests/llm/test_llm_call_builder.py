@@ -16,16 +16,16 @@ def settings(**values: object) -> Settings:
 
 
 def test_model_ids_get_the_provider_prefix_litellm_routes_on() -> None:
-    assert litellm_model_id("deepseek-chat") == "deepseek/deepseek-chat"
-    assert litellm_model_id("deepseek/deepseek-chat") == "deepseek/deepseek-chat"
+    assert litellm_model_id("deepseek-flash") == "deepseek/deepseek-flash"
+    assert litellm_model_id("deepseek/deepseek-flash") == "deepseek/deepseek-flash"
     assert litellm_model_id("demo/agent") == "demo/agent"
 
 
 def test_target_carries_key_and_base_and_is_cached() -> None:
     builder = CallBuilder(settings(deepseek_api_key="sk-abc", llm_api_base="http://127.0.0.1:9"))
-    target = builder.target("deepseek-chat")
-    assert target == CallTarget(model="deepseek/deepseek-chat", api_key="sk-abc", api_base="http://127.0.0.1:9")
-    assert builder.target("deepseek-chat") is target
+    target = builder.target("deepseek-flash")
+    assert target == CallTarget(model="deepseek/deepseek-flash", api_key="sk-abc", api_base="http://127.0.0.1:9")
+    assert builder.target("deepseek-flash") is target
     assert "sk-abc" not in repr(target)
 
 
@@ -35,7 +35,7 @@ def test_default_model_without_any_key_is_the_demo() -> None:
 
 def test_a_provider_without_its_key_is_refused() -> None:
     with pytest.raises(LLMAuthError, match="'deepseek'"):
-        CallBuilder(settings()).target("deepseek/deepseek-chat")
+        CallBuilder(settings()).target("deepseek/deepseek-flash")
 
 
 def test_kwargs_whole_payload() -> None:
@@ -46,9 +46,9 @@ def test_kwargs_whole_payload() -> None:
         tool_choice=NamedToolChoice(function=NamedFunction(name="calculator")),
         max_tokens=10,
     )
-    kwargs = builder.kwargs(request, builder.target("deepseek-chat"), stream=True)
+    kwargs = builder.kwargs(request, builder.target("deepseek-flash"), stream=True)
     assert kwargs == {
-        "model": "deepseek/deepseek-chat",
+        "model": "deepseek/deepseek-flash",
         "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": JSON_HINT}],
         "timeout": httpx.Timeout(30, connect=3),
         "num_retries": 0,

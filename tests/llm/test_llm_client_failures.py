@@ -25,7 +25,8 @@ from agent_runtime.engine.llm import (
 )
 from agent_runtime.settings import Settings
 
-HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")])
+# Thinking off, as every stage ships (DeepSeek thinks unless told not to).
+HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")], thinking=False)
 
 
 def busy(status: int, retry_after: str | None = None) -> StubFault:
@@ -160,11 +161,11 @@ async def test_disconnect_before_any_chunk_is_retried(stub: DeepSeekStub, make_c
     assert (response.content, len(stub.requests)) == ("stub answer to: hello", 2)
 
 
-async def test_invalid_json_body_is_typed_and_not_retried(stub: DeepSeekStub, make_client: MakeClient) -> None:
-    stub.enqueue(StubFault(kind="invalid_json"))
+async def test_half_a_json_body_is_typed_and_retried(stub: DeepSeekStub, make_client: MakeClient) -> None:
+    stub.enqueue(StubFault(kind="invalid_json"), StubFault(kind="invalid_json"))
     with pytest.raises(LLMInvalidResponseError):
-        await make_client().complete(HELLO)
-    assert len(stub.requests) == 1
+        await make_client(llm_max_retries=1).complete(HELLO)
+    assert len(stub.requests) == 2
 
 
 async def test_wrong_key_is_an_auth_error_and_the_key_is_never_shown(
@@ -197,7 +198,7 @@ async def test_unreachable_provider_is_a_connection_error(stub: DeepSeekStub, ma
 
 
 async def test_missing_provider_key_fails_before_any_request(stub: DeepSeekStub) -> None:
-    settings = Settings(_env_file=None, llm_model="deepseek/deepseek-chat", deepseek_api_key=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, llm_model="deepseek/deepseek-flash", deepseek_api_key=None)  # type: ignore[call-arg]
     with pytest.raises(LLMAuthError, match="No API key is configured"):
         await LLMClient(settings).complete(HELLO)
     assert stub.requests == []

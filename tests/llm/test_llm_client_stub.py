@@ -6,7 +6,7 @@ import asyncio
 import json
 from decimal import Decimal
 
-from tests.llm.conftest import MakeClient
+from tests.llm.conftest import PEAK_ENTRY, MakeClient
 from tests.stubs.deepseek_stub import DeepSeekStub, StubReply, StubToolCall, StubUsage
 
 from agent_runtime.engine.billing import CostBreakdown, LLMUsage
@@ -20,7 +20,8 @@ from agent_runtime.engine.llm import (
 )
 from agent_runtime.engine.llm.call_builder import JSON_HINT
 
-HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")])
+# Thinking off, as every stage ships (DeepSeek thinks unless told not to).
+HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")], thinking=False)
 CALCULATOR = ToolSchema(
     function=FunctionSpec(
         name="calculator", parameters={"type": "object", "properties": {"expression": {"type": "string"}}}
@@ -33,32 +34,38 @@ async def test_complete_returns_whole_response_with_precise_cost(stub: DeepSeekS
     stub.enqueue(StubReply(content="Hi there!", usage=usage))
     response = await make_client().complete(HELLO)
     assert response == LLMResponse(
-        model="deepseek/deepseek-chat",
+        model="deepseek/deepseek-flash",
         content="Hi there!",
         tool_calls=[],
         usage=LLMUsage(
             prompt_tokens=1000, completion_tokens=200, total_tokens=1200, cache_hit_tokens=600, cache_miss_tokens=400
         ),
-        # 600 * 0.2 + 400 * 2 + 200 * 3 = 1520 CNY per million tokens
+        # At peak, 600 * 0.04 + 400 * 2 + 200 * 8 = 2424 CNY per million tokens
         cost=CostBreakdown(
-            cost=Decimal("0.001520"),
+            cost=Decimal("0.002424"),
             cost_source="custom_pricing",
             input_tokens=1000,
             output_tokens=200,
             cache_hit_tokens=600,
             cache_miss_tokens=400,
+            price_tier="peak",
+            price_effective_from=PEAK_ENTRY,
         ),
         finish_reason="stop",
         is_demo=False,
     )
     sent = stub.requests[-1].body
-    assert sent == {"model": "deepseek-chat", "messages": [{"role": "user", "content": "hello"}]}
+    assert sent == {
+        "model": "deepseek-flash",
+        "messages": [{"role": "user", "content": "hello"}],
+        "thinking": {"type": "disabled"},
+    }
 
 
 async def test_tool_calls_and_request_options_reach_the_wire(stub: DeepSeekStub, make_client: MakeClient) -> None:
     stub.enqueue(StubReply(tool_calls=[StubToolCall(id="call_7", name="calculator", arguments='{"expression":"2+3"}')]))
     request = LLMRequest(
-        model="deepseek-chat",
+        model="deepseek-flash",
         messages=[WireMessage(role="system", content="be brief"), WireMessage(role="user", content="2+3?")],
         tools=[CALCULATOR],
         tool_choice="auto",
@@ -67,7 +74,7 @@ async def test_tool_calls_and_request_options_reach_the_wire(stub: DeepSeekStub,
     )
     response = await make_client().complete(request)
     assert response.tool_calls == [LLMToolCall(id="call_7", name="calculator", arguments='{"expression":"2+3"}')]
-    assert (response.content, response.finish_reason, response.model) == ("", "tool_calls", "deepseek/deepseek-chat")
+    assert (response.content, response.finish_reason, response.model) == ("", "tool_calls", "deepseek/deepseek-flash")
     sent = stub.requests[-1].body
     assert sent["tools"] == [
         {
@@ -119,7 +126,7 @@ async def test_stream_usage_is_read_from_the_last_chunk(stub: DeepSeekStub, make
     assert response.usage == LLMUsage(
         prompt_tokens=50, completion_tokens=5, total_tokens=55, cache_hit_tokens=20, cache_miss_tokens=30
     )
-    assert response.cost.cost == Decimal("0.000079")  # 20 * 0.2 + 30 * 2 + 5 * 3 = 79
+    assert response.cost.cost == Decimal("0.0001008")  # at peak, 20 * 0.04 + 30 * 2 + 5 * 8 = 100.8
     assert stub.requests[-1].body["stream_options"] == {"include_usage": True}
 
 

@@ -28,7 +28,7 @@ def provider_error(cls_name: str, status: int, headers: dict[str, str] | None = 
     exceptions = load_litellm()
     response = httpx.Response(status, headers=headers, request=httpx.Request("POST", "http://x"))
     cls = getattr(exceptions, cls_name)
-    return cls(message="boom sk-live-abcdef123456", llm_provider="deepseek", model="deepseek-chat", response=response)
+    return cls(message="boom sk-live-abcdef123456", llm_provider="deepseek", model="deepseek-flash", response=response)
 
 
 @pytest.mark.parametrize(

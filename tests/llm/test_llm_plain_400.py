@@ -13,7 +13,7 @@ async def test_plain_400_not_retried(tmp_path) -> None:
         stub.enqueue(StubFault(kind="status", status=400, message="bad"))
         s = Settings(
             _env_file=None,
-            llm_model="deepseek/deepseek-chat",
+            llm_model="deepseek/deepseek-flash",
             llm_api_base=stub.base_url,
             deepseek_api_key=stub.api_key,
             llm_retry_base_seconds=0,

@@ -14,7 +14,7 @@ from agent_runtime.engine.llm import LLMClient, LLMRequest, WireMessage
 from agent_runtime.engine.llm.call_builder import CallBuilder
 from agent_runtime.settings import Settings
 
-HELLO_REQUEST = LLMRequest(messages=[WireMessage(role="user", content="hello")])
+HELLO_REQUEST = LLMRequest(messages=[WireMessage(role="user", content="hello")], thinking=False)
 
 
 async def _wrapper_and_chunks(settings: Settings, request: LLMRequest) -> tuple[Any, list[Any]]:

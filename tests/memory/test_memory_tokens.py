@@ -9,7 +9,7 @@ from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, litellm_token_counter, to_wire
 from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenizerInfo, tokenizer_info
 
-MODEL = "deepseek/deepseek-chat"
+MODEL = "deepseek/deepseek-flash"
 CONVERSATION: list[ChatMessage] = [
     sys_("s1"),
     user("u1", "北京今天天气怎么样?"),

@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from uuid import UUID
 
 import httpx
 import pytest
+import yaml
 from fastapi import FastAPI
 from pydantic import SecretStr
 from tests.conftest import User
@@ -30,15 +33,23 @@ from agent_runtime.api.app import create_app
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.resources import default_config_dir
 from agent_runtime.settings import Settings
 
 STUB_API_KEY = "test-key"
-MODEL = "deepseek/deepseek-chat"
+MODEL = "deepseek/deepseek-flash"
 STAGES = ("intent", "execution", "organization")
-# config/pricing.yaml, CNY per million tokens.
-PRICE_CACHE_HIT = Decimal("0.2")
+# Model calls are priced at their start (config/pricing.yaml): the runs' clock is pinned to a Tuesday, 10:30 in
+# Beijing, so deepseek-flash's peak prices apply (CNY per million tokens).
+PEAK_TIME = datetime(2026, 12, 1, 2, 30, tzinfo=UTC)
+PRICE_CACHE_HIT = Decimal("0.04")
 PRICE_CACHE_MISS = Decimal("2")
-PRICE_OUTPUT = Decimal("3")
+PRICE_OUTPUT = Decimal("8")
+# How a billed row says what it was charged at (its price list entry and tier), and a row that bills nothing.
+PEAK_PRICE = {"price_tier": "peak", "price_effective_from": "2026-12-01T00:00:00Z"}
+NO_PRICE = {"price_tier": None, "price_effective_from": None}
+# The repair turn's first words (engine/flow/wire.py).
+REPAIR_START = "Your previous answer could not be used"
 
 
 def cny_cost(prompt: int, completion: int, cache_hit: int = 0) -> Decimal:
@@ -52,31 +63,31 @@ def money(value: Decimal) -> str:
     return format(value.quantize(Decimal("1E-10")), "f")
 
 
+def _user_texts(request: RecordedRequest) -> list[str]:
+    return [m["content"] for m in request.messages if m.get("role") == "user" and isinstance(m.get("content"), str)]
+
+
 def stage_of(request: RecordedRequest) -> str:
-    """The flow stage a model request belongs to: the `Stage: <name>` line that starts its stage request (the
-    last user message starting with one; a JSON repair turn comes after it). The schemas of all stages are in
-    the system prompt, so they no longer tell stages apart."""
-    for message in reversed(request.messages):
-        content = message.get("content")
-        if message.get("role") != "user" or not isinstance(content, str):
-            continue
+    """The flow stage a model request belongs to (engine/flow/prompt.py): the `Stage: <name>` line of the last stage
+    request in it; a call without one is the intent stage's (its request is the user's turn itself). A JSON repair
+    turn comes after the request either way. The schemas of all stages are in the system prompt, so they no longer
+    tell stages apart."""
+    for content in reversed(_user_texts(request)):
         first_line = content.split("\n", 1)[0]
         for stage in STAGES:
             if first_line == f"Stage: {stage}":
                 return stage
-    raise AssertionError(f"no stage request in: {request.messages!r}")
+    if not request.messages or request.messages[0].get("role") != "system":
+        raise AssertionError(f"not a stage call: {request.messages!r}")
+    return "intent"
 
 
 def stage_request_text(request: RecordedRequest) -> str:
-    """The user's message as the stage request quotes it (`The user's latest message (a JSON string): ...`)."""
-    prefix = "The user's latest message (a JSON string): "
-    for message in reversed(request.messages):
-        content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, str):
-            for line in content.splitlines():
-                if prefix in line:
-                    return str(json.loads(line.split(prefix, 1)[1]))
-    raise AssertionError(f"no stage request in: {request.messages!r}")
+    """The user's turn the call answers: its last user message that is neither a stage request nor a repair turn."""
+    for content in reversed(_user_texts(request)):
+        if not content.startswith(("Stage: ", REPAIR_START)):
+            return content
+    raise AssertionError(f"no user turn in: {request.messages!r}")
 
 
 def intent_direct(text: str, **reply: Any) -> StubReply:
@@ -289,6 +300,21 @@ async def warm_up(h: Harness, user: User) -> None:
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
 
 
+def crewai_config(tmp_path: Path, **tasks: dict[str, Any]) -> Path:
+    """A copy of the shipped config/crewai with `tasks.yaml`'s tasks updated, e.g. `execution={"thinking":
+    "enabled"}`; pass it as `crewai_config_dir`."""
+    config = tmp_path / "crewai"
+    shutil.copytree(default_config_dir() / "crewai", config)
+    tasks_file = config / "tasks.yaml"
+    loaded = yaml.safe_load(tasks_file.read_text(encoding="utf-8"))
+    for name, values in tasks.items():
+        loaded[name].update(values)
+    tasks_file.write_text(yaml.safe_dump(loaded, allow_unicode=True), encoding="utf-8")
+    return config
+
+
+THINKING = {"thinking": "enabled"}
+
 MakeHarness = Callable[..., AbstractAsyncContextManager[Harness]]
 
 
@@ -315,7 +341,7 @@ def make_harness(settings: Settings) -> MakeHarness:
             }
             values.update(overrides)
             app_settings = settings.model_copy(update=values)
-            app = create_app(app_settings)
+            app = create_app(app_settings, clock=lambda: PEAK_TIME)
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.conftest import User
-from tests.runs.conftest import MODEL, Harness, cny_cost, intent_direct, row_dict, run_cost, types, usage
+from tests.runs.conftest import (
+    MODEL,
+    NO_PRICE,
+    PEAK_PRICE,
+    Harness,
+    cny_cost,
+    intent_direct,
+    row_dict,
+    run_cost,
+    types,
+    usage,
+)
 
 
 async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness, make_user: Callable[[], User]) -> None:
@@ -71,15 +82,15 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
             {"op": "replace", "path": "/agentRuntime/route", "value": "DIRECT_EXECUTION"},
         ],
     }
-    # 600 cache hits * 0.2 + 400 misses * 2 + 200 output * 3 = 1520 CNY per million tokens.
+    # At peak, 600 cache hits * 0.04 + 400 misses * 2 + 200 output * 8 = 2424 CNY per million tokens.
     expected_cost = cny_cost(1000, 200, 600)
-    assert str(expected_cost) == "0.00152"
+    assert str(expected_cost) == "0.002424"
     assert events[-3] == {
         "type": "CUSTOM",
         "name": "run_cost",
         "value": {
             "currency": "CNY",
-            "cost": "0.0015200000",
+            "cost": "0.0024240000",
             "inputTokens": 1000,
             "outputTokens": 200,
             "cachedInputTokens": 600,
@@ -131,13 +142,14 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
                 "model": MODEL,
                 "cost_source": "custom_pricing",
                 "cached_tokens": 600,
+                **PEAK_PRICE,
                 "demo": False,
                 "message_id": message_id,
                 "partial": None,
             },
             "input_tokens": 1000,
             "output_tokens": 200,
-            "cost": "0.0015200000",
+            "cost": "0.0024240000",
             "currency": "CNY",
         },
         {
@@ -153,8 +165,10 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
                 "model": MODEL,
                 "cost_source": None,
                 "cached_tokens": None,
+                **NO_PRICE,
                 "raw_output": raw_intent,
                 "error": None,
+                "estimated": None,
                 "reasoning": None,
             },
             "input_tokens": 0,

@@ -78,22 +78,23 @@ async def _assert_failed(
     _assert_failure_logged(caplog, sid, result.run_id, error_id, code, message)
 
 
-SERVER_ERROR = "The language model provider had an internal error."
+UNAVAILABLE = "No language model could answer: the model and its fallbacks are all unavailable."
 
 
 @pytest.mark.parametrize("status", [500, 503])
-async def test_server_errors_beyond_the_retries_fail_the_run(
+async def test_server_errors_beyond_the_retries_and_the_fallback_fail_the_run(
     h: Harness, make_user: Callable[[], User], caplog: pytest.LogCaptureFixture, status: int
 ) -> None:
     user = make_user()
     sid = await h.new_session(user)
-    # llm_max_retries = 2: the first try and two retries, then the error.
-    h.stub.enqueue(*[StubFault(kind="status", status=status)] * 3, intent_direct("never used"))
+    # llm_max_retries = 2: the first try and two retries on deepseek-flash, then the same on its fallback
+    # (config/models.yaml: deepseek-v4-pro), then the error.
+    h.stub.enqueue(*[StubFault(kind="status", status=status)] * 6, intent_direct("never used"))
 
     result = await h.run(user, sid, "hello")
 
-    assert len(h.stub.requests) == 3
-    await _assert_failed(h, user, sid, result, "llm_server_error", SERVER_ERROR, caplog)
+    assert [r.body["model"] for r in h.stub.requests] == ["deepseek-flash"] * 3 + ["deepseek-v4-pro"] * 3
+    await _assert_failed(h, user, sid, result, "llm_unavailable", UNAVAILABLE, caplog)
 
 
 async def test_bad_request_fails_the_run_without_retrying(
@@ -124,7 +125,7 @@ async def test_a_retried_server_error_is_invisible(h: Harness, make_user: Callab
     assert len(h.stub.requests) == 2
     assert types(result.events)[-3:] == RUN_END
     assert run_cost(result.events)["modelCalls"] == 1
-    assert run_cost(result.events)["cost"] == "0.0002300000"
+    assert run_cost(result.events)["cost"] == "0.0002800000"  # at peak: 100 * 2 + 10 * 8 per million
     assert (await h.session(user, sid))["status"] == "completed"
 
 
@@ -168,12 +169,12 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     h.stub.enqueue(
         intent_needs("Compute 2 * 21.", usage=usage(800, 40, 600)),
         StubReply(tool_calls=[StubToolCall(id="call_1", name="calculator", arguments=arguments)], usage=usage(900, 20)),
-        *[StubFault(kind="status", status=500)] * 3,
+        *[StubFault(kind="status", status=500)] * 6,
     )
 
     result = await h.run(user, sid, "what is 2 * 21?")
 
-    assert len(h.stub.requests) == 5
+    assert len(h.stub.requests) == 8  # intent, execution, its retries, then the fallback's
     assert types(result.events) == [
         *RUN_START,
         *STAGE_START,
@@ -189,20 +190,20 @@ async def test_failure_after_a_tool_call_keeps_and_bills_what_the_run_did(
     ]
     assert result.events[-2] == {"type": "STEP_FINISHED", "stepName": "execution"}
     error = result.events[-1]
-    error_id = run_error_id(error, "llm_server_error", SERVER_ERROR)
-    _assert_failure_logged(caplog, sid, result.run_id, error_id, "llm_server_error", SERVER_ERROR)
+    error_id = run_error_id(error, "llm_unavailable", UNAVAILABLE)
+    _assert_failure_logged(caplog, sid, result.run_id, error_id, "llm_unavailable", UNAVAILABLE)
     rows = await h.rows(user, sid)
-    reason = f"llm_server_error: {SERVER_ERROR}"
+    reason = f"llm_unavailable: {UNAVAILABLE}"
     assert [(r.seq, r.role, r.metadata.kind, r.input_tokens, r.output_tokens, str(r.cost)) for r in rows] == [
         (1, "user", "user_input", 0, 0, "0E-10"),
-        (2, "assistant", "tool_call", 900, 20, "0.0018600000"),
+        (2, "assistant", "tool_call", 900, 20, "0.0019600000"),
         (3, "tool", "tool_result", 0, 0, "0E-10"),
-        (-1, "assistant", "audit", 800, 40, "0.0006400000"),
+        (-1, "assistant", "audit", 800, 40, "0.0007440000"),
     ]
     assert rows[2].content == '{"expression":"2 * 21","result":"42"}'
     assert rows[3].metadata.model_dump()["error"] == reason
     total = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
-    assert (total["cost"], total["model_calls"]) == ("0.0025000000", 2)
+    assert (total["cost"], total["model_calls"]) == ("0.0027040000", 2)
     session = await h.session(user, sid)
     assert (session["status"], session["error_id"]) == ("failed", error_id)
 

@@ -48,13 +48,15 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     user = make_user()
     sid, events = await _waiting(h, user)
 
-    # Offered to the execution stage only, next to the server's tools; never run by the server.
-    execution = h.stub.requests[1]
-    assert stage_of(execution) == "execution"
+    # Callable in the execution stage only, next to the server's tools; never run by the server. Every call carries
+    # the same tools (the provider caches prompt prefixes, tools included); elsewhere they cannot be called.
+    intent, execution = h.stub.requests[:2]
+    assert (stage_of(intent), stage_of(execution)) == ("intent", "execution")
     offered = [t["function"]["name"] for t in execution.body["tools"]]
     assert offered == ["current_time", "calculator", "update_bio", "show_confetti"]
-    assert "response_format" not in execution.body
-    assert [t["function"]["name"] for t in h.stub.requests[0].body.get("tools", [])] == []
+    assert (execution.body["tool_choice"], "response_format" in execution.body) == ("auto", False)
+    assert intent.body["tools"] == execution.body["tools"]
+    assert (intent.body["tool_choice"], intent.body["response_format"]) == ("none", {"type": "json_object"})
     start = next(e for e in events if e["type"] == "TOOL_CALL_START")
     assert (start["toolCallId"], start["toolCallName"]) == ("call_fe_1", "show_confetti")
     assert not [e for e in events if e["type"] == "TOOL_CALL_RESULT"]

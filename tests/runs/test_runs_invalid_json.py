@@ -11,6 +11,8 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
     MODEL,
+    NO_PRICE,
+    PEAK_PRICE,
     RUN_END,
     RUN_START,
     STAGE_START,
@@ -49,8 +51,10 @@ def _audit_row(
             "model": MODEL,
             "cost_source": "custom_pricing" if billed else None,
             "cached_tokens": hit if billed else None,
+            **(PEAK_PRICE if billed else NO_PRICE),
             "raw_output": content,
             "error": error,
+            "estimated": None,
             "reasoning": None,
         },
         "input_tokens": prompt,
@@ -69,9 +73,11 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
 ) -> None:
     user = make_user()
     sid = await h.new_session(user)
-    bad = "Sure! I would say hello back."
+    prose = "Sure! I would say hello back."
+    # DeepSeek's JSON mode replaces output that is not JSON with spaces (guides/json_mode): a blank answer.
+    bad = " " * len(prose)
     h.stub.enqueue(
-        StubReply(content=bad, usage=usage(500, 10)),
+        StubReply(content=prose, usage=usage(500, 10)),
         intent_direct("Hello again!", usage=usage(700, 20, 500)),
     )
 
@@ -93,7 +99,11 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
     assert second.messages[: len(first.messages)] == first.messages
     assert second.messages[len(first.messages)] == {"role": "assistant", "content": bad}
     repair = second.messages[len(first.messages) + 1]
-    assert repair["role"] == "user" and repair["content"].startswith("Your previous answer could not be used: ")
+    assert repair == {
+        "role": "user",
+        "content": "Your previous answer could not be used: it was blank. Answer again with only the IntentResult "
+        "JSON object (the schema titled IntentResult in the system prompt).",
+    }
     assert len(second.messages) == len(first.messages) + 2
     assert [stage_of(r) for r in h.stub.requests] == ["intent", "intent"]
 
@@ -112,6 +122,7 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
                 "model": MODEL,
                 "cost_source": "custom_pricing",
                 "cached_tokens": 500,
+                **PEAK_PRICE,
                 "demo": False,
                 "message_id": deltas[0]["messageId"],
                 "partial": None,
@@ -185,8 +196,11 @@ async def test_invalid_json_exhausted_fails_the_run_and_bills_every_attempt(
     rows = await h.rows(user, sid)
     assert [(r.seq, r.role, r.content) for r in rows if r.seq > 0] == [(1, "user", "hello")]
     reason = f"invalid_model_output: {message}"
+    # What came back: DeepSeek's JSON mode blanks output that is not JSON; the array is JSON (of the wrong shape).
+    answered = [" " * len("no JSON here"), " " * len("still no JSON"), "[1, 2, 3]"]
     assert _without_ids([r for r in rows if r.seq < 0]) == [
-        _audit_row(-(i + 1), result.run_id, text, error=reason, billed=u) for i, (text, u) in enumerate(attempts)
+        _audit_row(-(i + 1), result.run_id, text, error=reason, billed=u)
+        for i, (text, (_, u)) in enumerate(zip(answered, attempts, strict=True))
     ]
     totals = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
     assert totals == {

@@ -4,16 +4,21 @@ calls (the tool loop and a JSON repair included) and the memory summary's, as th
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
 from tests.conftest import User
-from tests.runs.conftest import MakeHarness, execution_done, intent_needs, long_session, organized, stage_of, types
+from tests.runs.conftest import (
+    MakeHarness,
+    crewai_config,
+    execution_done,
+    intent_needs,
+    long_session,
+    organized,
+    stage_of,
+    types,
+)
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
-
-from agent_runtime.resources import default_config_dir
 
 # Distinct per task, so a cap sent with the wrong stage's call fails the test.
 # Distinct, so each request shows whose cap it carries; the summary's at least MEMORY_SUMMARY_MAX_TOKENS (400).
@@ -21,14 +26,7 @@ CAPS = {"intent": 301, "execution": 302, "organization": 303, "memory_summary": 
 
 
 def _config_with_caps(tmp_path: Path) -> Path:
-    config = tmp_path / "crewai"
-    shutil.copytree(default_config_dir() / "crewai", config)
-    tasks_file = config / "tasks.yaml"
-    tasks = yaml.safe_load(tasks_file.read_text(encoding="utf-8"))
-    for task, cap in CAPS.items():
-        tasks[task]["max_tokens"] = cap
-    tasks_file.write_text(yaml.safe_dump(tasks, allow_unicode=True), encoding="utf-8")
-    return config
+    return crewai_config(tmp_path, **{task: {"max_tokens": cap} for task, cap in CAPS.items()})
 
 
 async def test_every_call_sends_its_tasks_max_tokens(

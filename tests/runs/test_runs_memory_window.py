@@ -106,21 +106,29 @@ async def test_a_failed_summary_is_recorded_and_retried_at_the_next_run(
 ) -> None:
     user = make_user()
     sid = await long_session(h, user)
-    h.stub.enqueue(StubReply(content='{"not": "a summary"}'), intent_direct("Noted."))
+    # Not the contract, blank (JSON mode blanks prose), not the contract again: the first try and two repairs.
+    bad = [StubReply(content='{"not": "a summary"}'), StubReply(content="a summary in prose"), StubReply(content="{}")]
+    h.stub.enqueue(*bad, intent_direct("Noted."))
 
     result = await h.run(user, sid, "question 15")
 
     assert types(result.events)[-1] == "RUN_FINISHED", "the run answers without a summary"
-    _, intent = h.stub.requests
+    first, _, repair, intent = h.stub.requests
+    assert repair.messages[: len(first.messages)] == first.messages
+    assert repair.messages[-1]["content"] == (
+        "Your previous answer could not be used: it was blank. Answer again with only the ConversationSummary "
+        "JSON object (the schema titled ConversationSummary in the task above)."
+    )
     assert intent.messages[1:-1] == _turns(11, 14)
     rows = await h.rows(user, sid)
     failed = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
-    assert [r.metadata.error is not None for r in failed] == [True], "billed and kept, with its error"
+    assert [r.metadata.error is not None for r in failed] == [True] * 3, "billed and kept, with their errors"
+    assert [r.content for r in failed] == ['{"not": "a summary"}', " " * len("a summary in prose"), "{}"]
 
     h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted again."))
     await h.run(user, sid, "question 16")
 
-    retried, intent = h.stub.requests[2:]
+    retried, intent = h.stub.requests[4:]
     # The cut was not stored, so this run cuts again (one turn later now) and summarises from the beginning.
     assert retried.messages[1:-1] == _turns(0, 11)
     # The summary and the first kept question in one user message (never two user messages in a row).

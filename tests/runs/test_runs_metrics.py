@@ -86,7 +86,8 @@ async def test_metrics_count_a_failed_run_by_error_code(h: Harness, make_user: C
     user = make_user()
     await warm_up(h, user)
     sid = await h.new_session(user)
-    h.stub.enqueue(*[StubFault(kind="status", status=500)] * 3)
+    # The model's three attempts, then its fallback's (config/models.yaml).
+    h.stub.enqueue(*[StubFault(kind="status", status=500)] * 6)
     before = await scrape(h.client)
 
     result = await h.run(user, sid, "hello")
@@ -95,5 +96,6 @@ async def test_metrics_count_a_failed_run_by_error_code(h: Harness, make_user: C
     after = await scrape(h.client)
     code = result.events[-1]["code"]
     assert delta(before, after, "agent_runtime_runs_finished_total", outcome="failed", error_code=code) == 1
-    assert code == "llm_server_error"
-    assert delta(before, after, "agent_runtime_model_calls_total", model=MODEL, outcome="llm_server_error") == 1
+    assert code == "llm_unavailable"
+    assert delta(before, after, "agent_runtime_model_calls_total", model=MODEL, outcome="llm_unavailable") == 1
+    assert delta(before, after, "agent_runtime_model_fallbacks_total", model=MODEL, fallback="none") == 1

@@ -118,9 +118,10 @@ async def test_d_no_call_sends_response_format_together_with_tools(h: Harness, m
 
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     bodies = [r.body for r in h.stub.requests]
-    assert [("tools" in b, "response_format" in b) for b in bodies] == [
-        (False, True),  # intent: JSON mode, no tools
-        (True, False),  # execution: tools, so no JSON mode (the answer is still validated)
-        (True, False),
-        (False, True),  # organization
+    # Every call carries the run's tools (the prompt prefix stays the same); JSON mode only where none can be called.
+    assert [(b["tool_choice"], "response_format" in b) for b in bodies] == [
+        ("none", True),  # intent: JSON mode, tools it may not call
+        ("auto", False),  # execution: tools it may call, so no JSON mode (the answer is still validated)
+        ("auto", False),
+        ("none", True),  # organization
     ]

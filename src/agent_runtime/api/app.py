@@ -17,6 +17,7 @@ from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware, Shedder
 from agent_runtime.api.openapi import install_openapi
 from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
+from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.observability.gc_pauses import GcPauses
 from agent_runtime.observability.metrics_server import MetricsServer
@@ -34,12 +35,12 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
     return scope.get("path") in _UNTRACED_PATHS
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        resources = await open_engine(settings)
+        resources = await open_engine(settings, clock=clock)
         app.state.engine = resources.engine
         if settings.is_demo_model:
             log.warning("no LLM provider key configured: answers come from the OFFLINE DEMO MODEL (demo/agent)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from types import ModuleType
@@ -22,7 +23,29 @@ def load_litellm() -> ModuleType:
     litellm.telemetry = False
     litellm.suppress_debug_info = True
     _skip_litellms_own_pricing()
+    _quiet_reasoning_placeholder()
     return litellm
+
+
+class _ReasoningPlaceholderFilter(logging.Filter):
+    """LiteLLM warns on every thinking-mode DeepSeek call, once per assistant message in the history that has no
+    reasoning, and sends a one-space placeholder for it (`_fill_reasoning_content` in its DeepSeek transformation).
+    Those are answers without tool calls, whose reasoning DeepSeek ignores (guides/thinking_mode), or tool calls
+    made with thinking off, which have none: every tool-call message with reasoning carries it (engine/memory).
+    Not actionable, and at that rate it would bury the logs ops read."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is missing `reasoning_content`" not in record.getMessage()
+
+
+_PLACEHOLDER_FILTER = _ReasoningPlaceholderFilter()
+
+
+def _quiet_reasoning_placeholder() -> None:
+    from litellm._logging import verbose_logger
+
+    if _PLACEHOLDER_FILTER not in verbose_logger.filters:
+        verbose_logger.addFilter(_PLACEHOLDER_FILTER)
 
 
 def _no_response_cost(self: object, *args: object, **kwargs: object) -> None:

@@ -11,7 +11,10 @@ from agent_runtime.db.embedded import EmbeddedPostgres
 from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.billing.pricing import PricingTable
-from agent_runtime.engine.flow.templates import FlowTemplates, TemplateConfigError, load_flow_templates
+from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
+from agent_runtime.engine.llm.call_builder import litellm_model_id
+from agent_runtime.engine.llm.catalog import ModelCatalog
+from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.service import RunService
@@ -29,6 +32,8 @@ class RuntimeEngine:
     templates: FlowTemplates
     # The database's DSN, for the run-event LISTEN connection (None: followers poll; see runs/event_hub.py).
     dsn: str | None = None
+    # When a model call starts, for its price (None: the wall clock; tests pin it).
+    clock: Clock | None = None
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
@@ -40,7 +45,7 @@ class RuntimeEngine:
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool, self.settings.user_quotas)
-        self.runs = RunService(self.settings, self.pool, self.messages, self.templates, dsn=self.dsn)
+        self.runs = RunService(self.settings, self.pool, self.messages, self.templates, dsn=self.dsn, clock=self.clock)
 
     async def is_ready(self) -> bool:
         try:
@@ -65,9 +70,16 @@ class EngineResources:
 
 
 def load_config(settings: Settings) -> FlowTemplates:
-    """Validate the YAML configuration up front: a bad template or price table stops start-up."""
+    """Validate the YAML configuration up front: a bad template, price table or model list, or a retired
+    model id anywhere, stops start-up."""
     PricingTable.load(settings.pricing_file)
+    catalog = ModelCatalog.load(settings.models_file)
+    if settings.llm_model is not None:
+        catalog.refuse_retired(litellm_model_id(settings.llm_model), "LLM_MODEL")
     templates = load_flow_templates(settings.crewai_config_dir)
+    for name, task in templates.tasks().items():
+        if task.model is not None:
+            catalog.refuse_retired(litellm_model_id(task.model), f"{TASKS_FILE}: {name}.model")
     # A summary asked to be up to N tokens long but capped below N would be cut off mid-sentence every time.
     if settings.memory_summary_enabled and templates.summary_max_tokens < settings.memory_summary_max_tokens:
         raise TemplateConfigError(
@@ -77,7 +89,7 @@ def load_config(settings: Settings) -> FlowTemplates:
     return templates
 
 
-async def open_engine(settings: Settings) -> EngineResources:
+async def open_engine(settings: Settings, *, clock: Clock | None = None) -> EngineResources:
     templates = load_config(settings)
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
@@ -97,5 +109,5 @@ async def open_engine(settings: Settings) -> EngineResources:
         if embedded is not None:
             embedded.stop()
         raise
-    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn)
+    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock)
     return EngineResources(engine=engine, embedded=embedded)

@@ -77,6 +77,12 @@ MODEL_CALLS = Counter(
     "Model calls (retries included in one call), by model and outcome (ok, or the error code).",
     ["model", "outcome"],
 )
+MODEL_FALLBACKS = Counter(
+    "agent_runtime_model_fallbacks",
+    "Model calls answered by a fallback (config/models.yaml) after their model kept refusing them, by the model"
+    " asked and the model that answered (`none` when the whole chain failed).",
+    ["model", "fallback"],
+)
 MODEL_DURATION = Histogram(
     "agent_runtime_model_call_duration_seconds",
     "Time of one model call, retries and back-off included, by model.",
@@ -174,6 +180,10 @@ def model_call(model: str, seconds: float, *, cost: CostBreakdown | None = None,
     if cost.cost > Decimal(0):
         # A float is exact enough for a rate: the stored Decimal stays the figure to bill from.
         MODEL_COST.labels(model).inc(float(cost.cost))
+
+
+def model_fallback(model: str, fallback: str | None) -> None:
+    MODEL_FALLBACKS.labels(model, fallback or "none").inc()
 
 
 def model_first_token(model: str, seconds: float) -> None:

@@ -31,6 +31,8 @@ tracer = trace.get_tracer("agent_runtime")
 
 # Attribute names of our own (no semantic convention covers them).
 COST_ATTRIBUTE = "agent_runtime.cost_cny"
+# On a model call's span when a fallback answered it: the model that was asked first.
+FALLBACK_FROM_ATTRIBUTE = "agent_runtime.fallback_from"
 RUN_ID_ATTRIBUTE = "agent_runtime.run_id"
 SESSION_ID_ATTRIBUTE = "agent_runtime.session_id"
 ERROR_ID_ATTRIBUTE = "agent_runtime.error_id"

@@ -51,20 +51,22 @@ class CallBuilder:
 
         self.settings = settings
         self.timeout = httpx.Timeout(settings.llm_timeout_seconds, connect=settings.llm_connect_timeout_seconds)
-        self._targets: dict[str, CallTarget] = {}
+        self._targets: dict[tuple[str, str | None], CallTarget] = {}
         self._provider_keys = {
             "deepseek": settings.deepseek_api_key,
             "openai": settings.openai_api_key,
         }
 
-    def target(self, model: str | None) -> CallTarget:
+    def target(self, model: str | None, *, api_base: str | None = None) -> CallTarget:
+        """Where calls to `model` go (None: the configured model); `api_base` overrides LLM_API_BASE."""
         requested = model or self.settings.effective_llm_model
-        cached = self._targets.get(requested)
+        key = (requested, api_base)
+        cached = self._targets.get(key)
         if cached is None:
-            cached = self._targets[requested] = self._resolve(requested)
+            cached = self._targets[key] = self._resolve(requested, api_base)
         return cached
 
-    def _resolve(self, requested: str) -> CallTarget:
+    def _resolve(self, requested: str, api_base: str | None) -> CallTarget:
         model = litellm_model_id(requested)
         provider = model.split("/", 1)[0]
         if provider == DEMO_PROVIDER:
@@ -76,7 +78,7 @@ class CallBuilder:
         if provider in self._provider_keys and secret is None:
             raise LLMAuthError(f"No API key is configured for the model provider {provider!r}.")
         api_key = secret.get_secret_value() if secret is not None else None
-        return CallTarget(model=model, api_key=api_key, api_base=self.settings.llm_api_base)
+        return CallTarget(model=model, api_key=api_key, api_base=api_base or self.settings.llm_api_base)
 
     def kwargs(self, request: LLMRequest, target: CallTarget, *, stream: bool) -> dict[str, Any]:
         messages: list[dict[str, Any]] = _MESSAGES.dump_python(request.messages, exclude_none=True)
@@ -107,10 +109,32 @@ class CallBuilder:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs["max_tokens"] = request.max_tokens
+        kwargs.update(self.provider_options(request, target))
         if stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
         return kwargs
+
+    @staticmethod
+    def provider_options(request: LLMRequest, target: CallTarget) -> dict[str, Any]:
+        """Thinking and the end user's id, as each provider takes them (LiteLLM maps DeepSeek's `thinking` and
+        `reasoning_effort`, api-docs.deepseek.com/guides/thinking_mode; DeepSeek's `user_id` is not an OpenAI
+        parameter, so it goes in the body as is)."""
+        options: dict[str, Any] = {}
+        provider = target.model.split("/", 1)[0]
+        if target.is_demo:
+            return options
+        thinks = request.thinking is True
+        if provider == "deepseek":
+            if request.thinking is not None:
+                options["thinking"] = {"type": "enabled" if thinks else "disabled"}
+            if request.end_user is not None:
+                options["extra_body"] = {"user_id": request.end_user}
+        elif request.end_user is not None and provider == "openai":
+            options["user"] = request.end_user
+        if thinks and request.reasoning_effort is not None:
+            options["reasoning_effort"] = request.reasoning_effort
+        return options
 
     def secrets(self) -> list[str]:
         return [s.get_secret_value() for s in self._provider_keys.values() if s is not None]

@@ -8,18 +8,30 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from agent_runtime.engine.billing.cost import CostCalculator
+from agent_runtime.engine.billing.models import LLMUsage
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
-from agent_runtime.engine.llm.errors import LLMError, map_exception
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse
+from agent_runtime.engine.llm.catalog import ModelCatalog
+from agent_runtime.engine.llm.errors import (
+    LLMError,
+    LLMInvalidResponseError,
+    LLMStreamInterruptedError,
+    LLMTimeoutError,
+    LLMUnavailableError,
+    map_exception,
+)
+from agent_runtime.engine.llm.fallbacks import FallbackAnswer, FallbackChains
+from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, UnfinishedCall
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
 from agent_runtime.observability import metrics
-from agent_runtime.observability.tracing import COST_ATTRIBUTE, mark_failed, model_call_span
+from agent_runtime.observability.tracing import COST_ATTRIBUTE, FALLBACK_FROM_ATTRIBUTE, mark_failed, model_call_span
 from agent_runtime.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -30,6 +42,18 @@ is retried only while nothing has: a piece the caller kept to itself (say, JSON 
 count as delivered."""
 
 
+OnUnfinished = Callable[[UnfinishedCall], None]
+"""Takes the estimate of a call the provider bills although it gave no usage (cut by a cancel or a fault)."""
+
+Clock = Callable[[], datetime]
+# Cut off after the provider had begun to answer: DeepSeek bills what it processed, and no usage came back.
+_BILLED_WHEN_CUT = (LLMStreamInterruptedError, LLMTimeoutError, LLMInvalidResponseError)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(slots=True)
 class _Progress:
     """What one attempt has done that decides whether it may be retried."""
@@ -37,6 +61,18 @@ class _Progress:
     delivered: bool = False
     in_callback: bool = False
     first_text: bool = False
+
+
+class _Exhausted(Exception):
+    """The retries of a call ran out on `error`, a retryable one: what falls back."""
+
+    def __init__(self, error: LLMError) -> None:
+        super().__init__(error.code)
+        self.error = error
+
+
+Caller = Callable[[dict[str, Any]], Awaitable[FallbackAnswer]]
+"""Sends one attempt's kwargs: to the call's own model, or along its fallback chain (the Router)."""
 
 
 def _provider_chunks(stream: Any) -> Any:
@@ -68,9 +104,14 @@ class LLMClient:
     transport's read timeout): a total bound would cut long answers, and an `asyncio.timeout` per chunk
     cost more than the rest of our per-chunk work together.
 
-    Retries (429, 5xx, timeouts, connection errors; never other 4xx) happen only while nothing has been
-    delivered: once a streamed piece reached the caller's client (`OnDelta` says so), a failure is raised as
-    it is.
+    Retries (429, 5xx, timeouts, connection errors, unreadable answers; never other 4xx) happen only while
+    nothing has been delivered: once a streamed piece reached the caller's client (`OnDelta` says so), a
+    failure is raised as it is. When the retries are spent on a retryable error, the call goes along its model's
+    fallback chain (`fallbacks.py`); when that fails too, `LLMUnavailableError`.
+
+    Every answer is priced at the start of the attempt that gave it, by the model that gave it. An attempt cut
+    after the provider began to answer (a dropped stream, a timeout, an unreadable body, a cancel) is reported
+    to `on_unfinished` with an estimated usage: the prompt counted here, the output as far as it streamed.
     """
 
     def __init__(
@@ -78,33 +119,44 @@ class LLMClient:
         settings: Settings,
         *,
         pricing: PricingTable | None = None,
+        catalog: ModelCatalog | None = None,
         rng: random.Random | None = None,
         acompletion: Callable[..., Awaitable[Any]] | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """`acompletion` replaces `litellm.acompletion` (benchmarks measure this layer alone with it)."""
+        """`acompletion` replaces `litellm.acompletion` (benchmarks measure this layer alone with it); `clock`
+        is when a call starts, for its price (tests pin it)."""
         self.settings = settings
         self.builder = CallBuilder(settings)
         self.retry = RetryPolicy.from_settings(settings)
         self.costs = CostCalculator(pricing or PricingTable.load(settings.pricing_file))
+        self.fallbacks = FallbackChains(catalog or ModelCatalog.load(settings.models_file), self.builder)
         self._rng = rng or random.Random()
+        self._clock = clock or _utc_now
         self._timeout = settings.llm_timeout_seconds
         self._secrets = self.builder.secrets()
         # Looked up once: LiteLLM resolves module attributes lazily, per access.
         self._acompletion: Callable[..., Awaitable[Any]] = acompletion or load_litellm().acompletion
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
+    async def complete(self, request: LLMRequest, *, on_unfinished: OnUnfinished | None = None) -> LLMResponse:
         """One answer; with `request.stream` set it is streamed on the wire and returned whole."""
         if request.stream:
-            return await self.complete_streaming(request)
+            return await self.complete_streaming(request, on_unfinished=on_unfinished)
         target = self.builder.target(request.model)
         kwargs = self.builder.kwargs(request, target, stream=False)
 
-        async def attempt(_: _Progress) -> LLMResponse:
-            async with asyncio.timeout(self._timeout):
-                raw = await self._acompletion(**kwargs)
-            return self._response(target, parse_completion(raw))
+        async def attempt(_: _Progress, send: Caller) -> LLMResponse:
+            started = self._clock()
+            try:
+                async with asyncio.timeout(self._timeout):
+                    answer = await send(kwargs)
+                parsed = parse_completion(answer.raw)
+            except BaseException as exc:
+                self._unfinished(on_unfinished, exc, target, kwargs, "", started)
+                raise
+            return self._response(target, answer.model, parsed, started)
 
-        return await self._observed(target, attempt, streaming=False)
+        return await self._observed(target, kwargs, attempt, streaming=False)
 
     async def complete_streaming(
         self,
@@ -112,6 +164,8 @@ class LLMClient:
         on_delta: OnDelta | None = None,
         on_retry: Callable[[], None] | None = None,
         on_reasoning: Callable[[str], None] | None = None,
+        *,
+        on_unfinished: OnUnfinished | None = None,
     ) -> LLMResponse:
         """Streams the call, awaiting `on_delta(text)` for every text piece; returns the whole response.
 
@@ -127,41 +181,53 @@ class LLMClient:
 
         started = time.perf_counter()
 
-        async def attempt(progress: _Progress) -> LLMResponse:
+        async def attempt(progress: _Progress, send: Caller) -> LLMResponse:
             nonlocal attempts
             if attempts and on_retry is not None:
                 on_retry()
             attempts += 1
             accumulator = StreamAccumulator()
-            async with asyncio.timeout(self._timeout):
-                chunks = await self._acompletion(**kwargs)
+            at = self._clock()
             try:
-                async for chunk in _provider_chunks(chunks):
-                    text = accumulator.feed_text(chunk)
-                    if text and not progress.first_text:
-                        progress.first_text = True
-                        metrics.model_first_token(target.model, time.perf_counter() - started)
-                    if accumulator.reasoning_delta and on_reasoning is not None:
-                        on_reasoning(accumulator.reasoning_delta)
-                    if text and on_delta is not None:
-                        progress.in_callback = True
-                        if await on_delta(text):
-                            progress.delivered = True
-                        progress.in_callback = False
-            finally:
-                await _close(chunks)
-            return self._response(target, accumulator.finish())
+                async with asyncio.timeout(self._timeout):
+                    answer = await send(kwargs)
+                chunks = answer.raw
+                try:
+                    async for chunk in _provider_chunks(chunks):
+                        text = accumulator.feed_text(chunk)
+                        if text and not progress.first_text:
+                            progress.first_text = True
+                            metrics.model_first_token(target.model, time.perf_counter() - started)
+                        if accumulator.reasoning_delta and on_reasoning is not None:
+                            on_reasoning(accumulator.reasoning_delta)
+                        if text and on_delta is not None:
+                            progress.in_callback = True
+                            if await on_delta(text):
+                                progress.delivered = True
+                            progress.in_callback = False
+                finally:
+                    await _close(chunks)
+                parsed = accumulator.finish()
+            except BaseException as exc:
+                self._unfinished(on_unfinished, exc, target, kwargs, accumulator.partial_output(), at)
+                raise
+            return self._response(target, answer.model, parsed, at)
 
-        return await self._observed(target, attempt, streaming=True)
+        return await self._observed(target, kwargs, attempt, streaming=True)
 
     async def _observed(
-        self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]], *, streaming: bool
+        self,
+        target: CallTarget,
+        kwargs: dict[str, Any],
+        attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]],
+        *,
+        streaming: bool,
     ) -> LLMResponse:
         """The call with its retries, as one span and one metrics sample (outcome, latency, tokens, cost)."""
         started = time.perf_counter()
         with model_call_span(target.model, streaming=streaming) as span:
             try:
-                response = await self._with_retries(target, attempt)
+                response = await self._with_retries(target, kwargs, attempt)
             except LLMError as exc:
                 metrics.model_call(target.model, time.perf_counter() - started, error_code=exc.code)
                 mark_failed(span, exc.code)
@@ -173,46 +239,127 @@ class LLMClient:
                 # What escapes unmapped is the caller's own on_delta failing (see complete_streaming).
                 metrics.model_call(target.model, time.perf_counter() - started, error_code="callback_error")
                 raise
-            metrics.model_call(target.model, time.perf_counter() - started, cost=response.cost)
-            span.set_attributes(
-                {
-                    "gen_ai.usage.input_tokens": response.cost.input_tokens,
-                    "gen_ai.usage.output_tokens": response.cost.output_tokens,
-                    "gen_ai.usage.cache_read.input_tokens": response.cost.cache_hit_tokens or 0,
-                    "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
-                    COST_ATTRIBUTE: float(response.cost.cost),
-                }
-            )
+            metrics.model_call(response.model, time.perf_counter() - started, cost=response.cost)
+            attributes: dict[str, Any] = {
+                "gen_ai.response.model": response.model,
+                "gen_ai.usage.input_tokens": response.cost.input_tokens,
+                "gen_ai.usage.output_tokens": response.cost.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": response.cost.cache_hit_tokens or 0,
+                "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"],
+                COST_ATTRIBUTE: float(response.cost.cost),
+            }
+            if response.fallback_from is not None:
+                attributes[FALLBACK_FROM_ATTRIBUTE] = response.fallback_from
+            span.set_attributes(attributes)
             return response
 
     async def _with_retries(
-        self, target: CallTarget, attempt: Callable[[_Progress], Awaitable[LLMResponse]]
+        self,
+        target: CallTarget,
+        kwargs: dict[str, Any],
+        attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]],
     ) -> LLMResponse:
+        try:
+            return await self._retrying(target, attempt, partial(self._send, target))
+        except _Exhausted as spent:
+            if not self.fallbacks.chain(target.model):
+                raise spent.error from spent.__cause__
+            return await self._fall_back(target, spent.error, attempt)
+
+    async def _retrying(
+        self, target: CallTarget, attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]], send: Caller
+    ) -> LLMResponse:
+        """`attempt` with `send`, retried while the error is retryable and nothing was delivered; `_Exhausted` when
+        the retries ran out on a retryable error (the caller may fall back), the error itself otherwise."""
         retries = 0
         while True:
             progress = _Progress()
             try:
-                return await attempt(progress)
+                return await attempt(progress, send)
             except Exception as exc:
                 if progress.in_callback:
                     raise
                 error = map_exception(exc, secrets=self._secrets)
-                if progress.delivered or not self.retry.should_retry(error, retries):
+                if progress.delivered or not error.retryable:
                     raise error from exc
+                if not self.retry.should_retry(error, retries):
+                    raise _Exhausted(error) from exc
             await self._backoff(target, error, retries)
             retries += 1
 
-    def _response(self, target: CallTarget, parsed: ParsedMessage) -> LLMResponse:
+    async def _fall_back(
+        self,
+        target: CallTarget,
+        error: LLMError,
+        attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]],
+    ) -> LLMResponse:
+        """The call on its model's fallback chain, after the model's own retries failed with `error`. The Router
+        walks the chain once per attempt; the attempts are retried like the model's own (our backoff, Retry-After)."""
+        chain = [t.model for t in self.fallbacks.chain(target.model)]
+        logger.warning(
+            "model call falling back: model=%s error=%s provider_status=%s chain=%s",
+            target.model,
+            error.code,
+            error.provider_status,
+            ",".join(chain),
+        )
+        try:
+            response = await self._retrying(target, attempt, partial(self.fallbacks.acompletion, target.model))
+        except _Exhausted as spent:
+            last = spent.error
+            metrics.model_fallback(target.model, None)
+            raise LLMUnavailableError(
+                provider_status=last.provider_status,
+                provider_message=f"{target.model}: {error.code}; fallbacks ({', '.join(chain)}): {last.code}: "
+                f"{last.provider_message}",
+                retry_after=last.retry_after,
+            ) from spent.__cause__
+        metrics.model_fallback(target.model, response.model)
+        return response
+
+    async def _send(self, target: CallTarget, kwargs: dict[str, Any]) -> FallbackAnswer:
+        return FallbackAnswer(model=target.model, raw=await self._acompletion(**kwargs))
+
+    def _response(self, target: CallTarget, model: str, parsed: ParsedMessage, at: datetime) -> LLMResponse:
         return LLMResponse(
-            model=target.model,
+            model=model,
             content=parsed.content,
             tool_calls=parsed.tool_calls,
             usage=parsed.usage,
-            cost=self.costs.cost(target.model, parsed.usage),
+            cost=self.costs.cost(model, parsed.usage, at=at),
             finish_reason=parsed.finish_reason,
             is_demo=target.is_demo,
             reasoning=parsed.reasoning,
+            fallback_from=target.model if model != target.model else None,
         )
+
+    def _unfinished(
+        self,
+        report: OnUnfinished | None,
+        exc: BaseException,
+        target: CallTarget,
+        kwargs: dict[str, Any],
+        output: str,
+        at: datetime,
+    ) -> None:
+        """Report what a cut attempt is billed, estimated (see the class docstring); nothing for a refusal (an
+        HTTP error status: not billed) or for the demo model."""
+        if report is None or target.is_demo:
+            return
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        mapped = None if cancelled or not isinstance(exc, Exception) else map_exception(exc, secrets=self._secrets)
+        if not cancelled and not isinstance(mapped, _BILLED_WHEN_CUT):
+            return
+        litellm = load_litellm()
+        try:
+            prompt = int(litellm.token_counter(model=target.model, messages=kwargs["messages"]))
+            completion = int(litellm.token_counter(model=target.model, text=output)) if output else 0
+        except Exception:
+            logger.exception("could not count the tokens of an interrupted model call: model=%s", target.model)
+            return
+        usage = LLMUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        reason = "cancelled" if mapped is None else mapped.code
+        report(UnfinishedCall(model=target.model, reason=reason, cost=self.costs.cost(target.model, usage, at=at)))
 
     async def _backoff(self, target: CallTarget, error: LLMError, retries_done: int) -> None:
         delay = self.retry.delay(error, retries_done, self._rng)

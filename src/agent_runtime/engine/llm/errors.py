@@ -74,6 +74,14 @@ class LLMStreamInterruptedError(LLMConnectionError):
     default_message = "The language model stream was interrupted."
 
 
+class LLMUnavailableError(LLMError):
+    """The model and every model of its fallback chain kept refusing the call (429, 5xx, timeouts)."""
+
+    status_code = 503
+    code = "llm_unavailable"
+    default_message = "No language model could answer: the model and its fallbacks are all unavailable."
+
+
 class LLMBadRequestError(LLMError):
     code = "llm_bad_request"
     default_message = "The language model provider rejected the request."
@@ -90,7 +98,10 @@ class LLMInsufficientBalanceError(LLMError):
 
 
 class LLMInvalidResponseError(LLMError):
+    """An answer we could not read (e.g. an HTTP 200 with half a JSON body): retried while nothing was delivered."""
+
     code = "llm_invalid_response"
+    retryable = True
     default_message = "The language model provider sent a response we could not read."
 
 

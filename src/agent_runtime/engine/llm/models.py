@@ -32,6 +32,11 @@ class WireMessage(_Wire):
     name: str | None = None
     tool_calls: list[WireToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = Field(
+        default=None,
+        description="An assistant tool-call message's reasoning: a thinking model (DeepSeek) must get it back in "
+        "every later request of the thread.",
+    )
 
 
 class FunctionSpec(_Wire):
@@ -72,6 +77,23 @@ class LLMRequest(_Wire):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     stream: bool = Field(default=False, description="`complete()` streams internally when set.")
+    thinking: bool | None = Field(default=None, description="Thinking mode on or off; None: the provider's default.")
+    reasoning_effort: Literal["low", "high", "max"] | None = Field(default=None, description="With thinking on.")
+    end_user: str | None = Field(
+        default=None,
+        max_length=512,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Opaque, stable id of the end user (a keyed hash, never the raw id): DeepSeek's `user_id`, "
+        "which isolates its KV cache, content safety and scheduling per user.",
+    )
+
+
+class CallOptions(_Wire):
+    """How one task's model calls are made (config/crewai/tasks.yaml, resolved against the settings)."""
+
+    model: str = Field(description="LiteLLM model id.")
+    thinking: bool
+    reasoning_effort: Literal["low", "high", "max"] | None = None
 
 
 class LLMToolCall(_Wire):
@@ -81,7 +103,7 @@ class LLMToolCall(_Wire):
 
 
 class LLMResponse(_Wire):
-    model: str = Field(description="The LiteLLM model id that was called.")
+    model: str = Field(description="The LiteLLM model id that answered (a fallback's, after a fallback).")
     content: str
     tool_calls: list[LLMToolCall] = Field(default_factory=list)
     usage: LLMUsage | None
@@ -89,11 +111,25 @@ class LLMResponse(_Wire):
     finish_reason: str | None
     is_demo: bool = False
     reasoning: str | None = Field(
-        default=None, description="The model's reasoning (deepseek-reasoner's reasoning_content); never sent back."
+        default=None,
+        description="The model's reasoning (`reasoning_content`); sent back only with tool calls (WireMessage).",
+    )
+    fallback_from: str | None = Field(
+        default=None, description="The model that was asked first, when `model` answered as its fallback."
     )
 
 
+class UnfinishedCall(_Wire):
+    """A call cut after the provider began to answer (cancel, dropped stream, timeout): no usage came back, but
+    the provider bills it. `cost` is estimated (prompt counted locally, output as far as it streamed)."""
+
+    model: str
+    reason: str = Field(description="`cancelled`, or the error code of the fault that cut it.")
+    cost: CostBreakdown
+
+
 __all__ = [
+    "CallOptions",
     "FunctionSpec",
     "LLMRequest",
     "LLMResponse",
@@ -103,6 +139,7 @@ __all__ = [
     "NamedToolChoice",
     "ToolChoice",
     "ToolSchema",
+    "UnfinishedCall",
     "WireFunctionCall",
     "WireMessage",
     "WireToolCall",

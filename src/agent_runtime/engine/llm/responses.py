@@ -55,7 +55,7 @@ class ParsedMessage:
 
 
 def _reasoning_of(delta: Any) -> str | None:
-    # deepseek-reasoner's `reasoning_content`: LiteLLM sets it as a plain attribute only when present, so the
+    # A thinking model's `reasoning_content`: LiteLLM sets it as a plain attribute only when present, so the
     # instance dict answers without pydantic's failing __getattr__ on every content chunk.
     fields = getattr(delta, "__dict__", None)
     value = fields.get("reasoning_content") if fields is not None else None
@@ -173,6 +173,11 @@ class StreamAccumulator:
         buffer.id = buffer.id or call_id
         buffer.name = buffer.name or name
         buffer.arguments.append(arguments)
+
+    def partial_output(self) -> str:
+        """Everything the model produced so far (reasoning, text, tool calls): what an interrupted call was billed."""
+        calls = "".join((b.name or "") + "".join(b.arguments) for b in self._tools.values())
+        return "".join(self._reasoning) + "".join(self._text) + calls
 
     def finish(self) -> ParsedMessage:
         if self._finish_reason is None:

@@ -47,8 +47,8 @@ class _WireToolCall(BaseModel):
 
 
 class _WireMessage(BaseModel):
-    # Providers add their own keys (reasoning_content, provider_specific_fields, ...): not part of the
-    # chat-completions message contract, so they are ignored rather than refused.
+    # Providers add their own keys (provider_specific_fields, ...): not part of the chat-completions message
+    # contract, so they are ignored rather than refused. `reasoning_content` is kept on tool calls only.
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -57,13 +57,15 @@ class _WireMessage(BaseModel):
     tool_call_id: str | None = None
     name: str | None = None
     function_call: None = None
+    reasoning_content: str | None = None
 
 
 def to_wire(message: ChatMessage) -> dict[str, JsonValue]:
     """An OpenAI-style chat message dict, as LiteLLM and CrewAI take it."""
+    wire: dict[str, JsonValue]
     match message:
         case AssistantMessage(tool_calls=calls) if calls:
-            return {
+            wire = {
                 "role": "assistant",
                 # Providers expect null, not "", next to tool calls when the model said nothing.
                 "content": message.content or None,
@@ -72,8 +74,12 @@ def to_wire(message: ChatMessage) -> dict[str, JsonValue]:
                     for c in calls
                 ],
             }
+            if message.reasoning_content is not None:
+                # A thinking model's reasoning for these calls goes back with them (DeepSeek: or HTTP 400).
+                wire["reasoning_content"] = message.reasoning_content
+            return wire
         case ToolMessage():
-            wire: dict[str, JsonValue] = {
+            wire = {
                 "role": "tool",
                 "tool_call_id": message.tool_call_id,
                 "content": message.content,
@@ -110,7 +116,8 @@ def _from_wire(wire: _WireMessage) -> ChatMessage:
                 ToolCallSpec(id=c.id, name=c.function.name, arguments=c.function.arguments)
                 for c in wire.tool_calls or []
             ]
-            return AssistantMessage(content=wire.content or "", tool_calls=calls)
+            reasoning = wire.reasoning_content if calls else None
+            return AssistantMessage(content=wire.content or "", tool_calls=calls, reasoning_content=reasoning)
         case "tool":
             if not wire.tool_call_id:
                 raise UnrepresentableMessageError("a tool message without tool_call_id cannot be stored")

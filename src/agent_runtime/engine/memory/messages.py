@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 from uuid import uuid4
@@ -12,6 +13,7 @@ from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 __all__ = [
     "CHAT_MESSAGE_ADAPTER",
+    "TURN_SEPARATOR",
     "AssistantMessage",
     "ChatMessage",
     "ChatMetadata",
@@ -19,6 +21,7 @@ __all__ = [
     "ToolCallSpec",
     "ToolMessage",
     "UserMessage",
+    "merge_consecutive_users",
 ]
 
 
@@ -63,12 +66,19 @@ class AssistantMessage(_Message):
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
+    reasoning_content: str | None = Field(
+        default=None,
+        description="The reasoning of a message with tool calls, kept with it: a thinking model must get it back "
+        "in every later request (DeepSeek answers 400 otherwise). Reasoning of other answers is not kept here.",
+    )
 
     @model_validator(mode="after")
     def _unique_tool_call_ids(self) -> AssistantMessage:
         ids = [call.id for call in self.tool_calls]
         if len(ids) != len(set(ids)):
             raise ValueError("tool call ids must be unique within one assistant message")
+        if self.reasoning_content is not None and not self.tool_calls:
+            raise ValueError("only an assistant message with tool calls keeps its reasoning")
         return self
 
 
@@ -86,3 +96,21 @@ ChatMessage = Annotated[
 ]
 
 CHAT_MESSAGE_ADAPTER: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
+
+
+# Between the texts of consecutive user messages joined into one.
+TURN_SEPARATOR = "\n\n"
+
+
+def merge_consecutive_users(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """`messages` with each run of consecutive user messages joined into one (with the last one's id): no provider
+    sees two user messages in a row (some refuse them), and the same stored messages always give the same bytes."""
+    merged: list[ChatMessage] = []
+    for message in messages:
+        previous = merged[-1] if merged else None
+        if isinstance(message, UserMessage) and isinstance(previous, UserMessage):
+            joined = previous.content + TURN_SEPARATOR + message.content
+            merged[-1] = message.model_copy(update={"content": joined})
+        else:
+            merged.append(message)
+    return merged

@@ -101,7 +101,11 @@ def to_new_message(message: ChatMessage) -> NewMessage:
         metadata = UserInputMetadata(run_id=meta.run_id)
     elif isinstance(message, AssistantMessage) and message.tool_calls:
         metadata = ToolCallMetadata(
-            tool_calls=message.tool_calls, run_id=meta.run_id, stage=meta.stage, model=meta.model
+            tool_calls=message.tool_calls,
+            run_id=meta.run_id,
+            stage=meta.stage,
+            model=meta.model,
+            reasoning_content=message.reasoning_content,
         )
     elif isinstance(message, AssistantMessage):
         metadata = AssistantOutputMetadata(run_id=meta.run_id, stage=meta.stage, model=meta.model)
@@ -121,7 +125,9 @@ def row_to_chat_message(row: asyncpg.Record) -> ChatMessage:
         return UserMessage(**common, metadata=ChatMetadata(run_id=metadata.run_id))
     if isinstance(metadata, ToolCallMetadata):
         origin = ChatMetadata(run_id=metadata.run_id, stage=metadata.stage, model=metadata.model)
-        return AssistantMessage(**common, tool_calls=metadata.tool_calls, metadata=origin)
+        return AssistantMessage(
+            **common, tool_calls=metadata.tool_calls, reasoning_content=metadata.reasoning_content, metadata=origin
+        )
     if isinstance(metadata, AssistantOutputMetadata):
         origin = ChatMetadata(run_id=metadata.run_id, stage=metadata.stage, model=metadata.model)
         return AssistantMessage(**common, metadata=origin)

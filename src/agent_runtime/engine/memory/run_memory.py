@@ -14,7 +14,7 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
 from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage
 from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
-from agent_runtime.engine.memory.summarizer import ModelSummarizer
+from agent_runtime.engine.memory.summarizer import ModelSummarizer, SummaryCall
 from agent_runtime.engine.memory.window import WindowPolicy
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.settings import Settings
@@ -58,6 +58,7 @@ async def run_history(
     llm: LLMClient,
     task: SummaryTask,
     record: Callable[[NewMessage], None],
+    call: SummaryCall,
 ) -> list[ChatMessage]:
     """The history the run's stages see (after their system prompt): summary, then the window's turns, without
     the run's own user message (the stages quote it in their task; None keeps the whole window, for a caller
@@ -70,12 +71,13 @@ async def run_history(
             llm,
             record,
             run_id=run_id,
-            model=settings.effective_llm_model,
+            call=call,
             system=SystemMessage(content=system_prompt),
             task=task.render_summary_task(summary_max_words(policy.summary_tokens)),
             reply_max_tokens=task.summary_max_tokens,
             max_tokens=policy.summary_tokens,
             counter=policy.counter(),
+            max_repairs=settings.stage_max_json_retries,
         )
     memory = MessageWindowChatMemory(PostgresChatMemoryRepository(pool, ctx), policy, summarizer=summarizer)
     window = await memory.window(str(session_id))

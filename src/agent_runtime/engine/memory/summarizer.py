@@ -1,22 +1,33 @@
 """Summaries from the configured model, for the run path: one call per cut, recorded like every model call.
 
-The call is the summary task (`memory_summary` in config/crewai/tasks.yaml) in JSON mode, capped at the task's
-`max_tokens`, after the turns it condenses (`summary.summary_request_messages`). Its tokens and cost go on an
-audit row (seq < 0, stage `memory_summary`, the run's id) handed to `record` (the run writes it with its end,
-in the same statement as its other rows, so the run's and the session's usage include it); an answer that does
-not match the contract is recorded too (with its error) and raises, so the cut is retried at the next turn.
+The call is the summary task (`memory_summary` in config/crewai/tasks.yaml: its model, thinking and `max_tokens`)
+in JSON mode, after the turns it condenses (`summary.summary_request_messages`), with the run's tools and end-user id
+like every call of the run, so its prompt starts with the bytes the previous turns' calls started with (the
+provider's cache). Its tokens and cost go on an audit row (seq < 0, stage `memory_summary`, the run's id) handed to
+`record` (the run writes it with its end, in the same statement as its other rows, so the run's and the session's
+usage include it). An answer that does not match the contract (blank, cut at the output limit, not JSON) is recorded
+too (with its error) and asked again with a repair turn, at most `max_repairs` times; then it raises, and the cut is
+retried at the next turn. A call cut by a fault is recorded with its estimated usage.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, WireMessage
+from agent_runtime.engine.llm.models import (
+    CallOptions,
+    LLMRequest,
+    LLMResponse,
+    ToolSchema,
+    UnfinishedCall,
+    WireMessage,
+)
+from agent_runtime.engine.llm.repair import repair_text, schema_title, strip_code_fence, unusable_answer
 from agent_runtime.engine.memory.convert import to_wire
-from agent_runtime.engine.memory.messages import SystemMessage
+from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, SystemMessage, UserMessage
 from agent_runtime.engine.memory.summary import (
     ConversationSummary,
     SummaryRequest,
@@ -24,14 +35,25 @@ from agent_runtime.engine.memory.summary import (
     summary_request_messages,
 )
 from agent_runtime.engine.memory.tokens import TokenCounter
-from agent_runtime.engine.messages.metadata import AuditMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields
+from agent_runtime.engine.messages.models import NewMessage, unfinished_call_row
 
 SUMMARY_STAGE = "memory_summary"
+_CONTRACT = schema_title(ConversationSummary)
 
 
 class SummaryOutputError(ValueError):
     """The model's summary did not match the ConversationSummary contract."""
+
+
+class SummaryCall(BaseModel):
+    """How the summary's model call is made within a run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    options: CallOptions
+    tools: Sequence[ToolSchema] = Field(default=(), description="The run's tools (offered with tool_choice none).")
+    end_user: str | None = None
 
 
 class ModelSummarizer:
@@ -41,46 +63,78 @@ class ModelSummarizer:
         record: Callable[[NewMessage], None],
         *,
         run_id: str,
-        model: str,
+        call: SummaryCall,
         system: SystemMessage,
         task: str,
         reply_max_tokens: int,
         max_tokens: int,
         counter: TokenCounter,
+        max_repairs: int,
     ) -> None:
         self._llm = llm
         self._record_row = record
         self._run_id = run_id
-        self._model = model
+        self._call = call
         self._system = system
         self._task = task
         self._reply_max_tokens = reply_max_tokens
         self._max_tokens = max_tokens
         self._counter = counter
+        self._max_repairs = max_repairs
 
     async def summarize(self, request: SummaryRequest) -> str:
         # The run's system prompt is not stored with the conversation: the request gets it here, so the call
         # starts with the same prefix as the run's stages.
         request = request.model_copy(update={"system": request.system or self._system})
-        messages = [WireMessage.model_validate(to_wire(m)) for m in summary_request_messages(request, self._task)]
-        call = LLMRequest(model=self._model, messages=messages, json_mode=True, max_tokens=self._reply_max_tokens)
-        response = await self._llm.complete(call)
-        try:
-            summary = ConversationSummary.model_validate_json(_json_text(response.content)).summary.strip()
-        except ValidationError as exc:
-            self._record(response, error=f"rejected: did not match the summary contract ({exc.error_count()} errors)")
-            raise SummaryOutputError("the model's summary did not match the ConversationSummary contract") from exc
-        self._record(response, error=None)
-        return clip_to_tokens(summary, self._max_tokens, self._counter)
+        conversation: list[ChatMessage] = summary_request_messages(request, self._task)
+        repairs = 0
+        while True:
+            response = await self._llm.complete(self._request(conversation), on_unfinished=self._unfinished)
+            try:
+                summary = ConversationSummary.model_validate_json(strip_code_fence(response.content)).summary.strip()
+            except ValidationError as exc:
+                self._record(
+                    response, error=f"rejected: did not match the summary contract ({exc.error_count()} errors)"
+                )
+                if repairs == self._max_repairs:
+                    raise SummaryOutputError(
+                        f"the model's summary did not match the {_CONTRACT} contract after {repairs + 1} attempts"
+                    ) from exc
+                repairs += 1
+                conversation = [
+                    *conversation,
+                    AssistantMessage(content=response.content),
+                    UserMessage(content=_repair(exc, response)),
+                ]
+                continue
+            self._record(response, error=None)
+            return clip_to_tokens(summary, self._max_tokens, self._counter)
+
+    def _request(self, conversation: list[ChatMessage]) -> LLMRequest:
+        options = self._call.options
+        tools = list(self._call.tools) or None
+        return LLMRequest(
+            model=options.model,
+            messages=[WireMessage.model_validate(to_wire(m)) for m in conversation],
+            tools=tools,
+            tool_choice="none" if tools else None,
+            json_mode=True,
+            max_tokens=self._reply_max_tokens,
+            thinking=options.thinking,
+            reasoning_effort=options.reasoning_effort,
+            end_user=self._call.end_user,
+        )
+
+    def _unfinished(self, call: UnfinishedCall) -> None:
+        self._record_row(unfinished_call_row(call, stage=SUMMARY_STAGE, run_id=self._run_id))
 
     def _record(self, response: LLMResponse, *, error: str | None) -> None:
         cost = response.cost
         metadata = AuditMetadata(
+            **BillingFields.of(cost).model_dump(),
             stage=SUMMARY_STAGE,
             run_id=self._run_id,
             model=response.model,
-            cost_source=cost.cost_source,
-            cached_tokens=cost.cache_hit_tokens,
             raw_output=response.content,
             error=error,
         )
@@ -95,11 +149,9 @@ class ModelSummarizer:
         self._record_row(row)
 
 
-def _json_text(content: str) -> str:
-    text = content.strip()
-    if text.startswith("```") and text.endswith("```"):
-        text = text[3:-3].removeprefix("json")
-    return text.strip()
+def _repair(error: ValidationError, response: LLMResponse) -> str:
+    problem = unusable_answer(response.content, response.finish_reason, error)
+    return repair_text(problem, ConversationSummary, where="in the task above")
 
 
 def clip_to_tokens(text: str, max_tokens: int, counter: TokenCounter) -> str:

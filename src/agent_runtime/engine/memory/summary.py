@@ -17,7 +17,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage
+from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage, merge_consecutive_users
 
 SUMMARY_BLOCK_START = "<<<CONVERSATION_SUMMARY_JSON"
 SUMMARY_BLOCK_END = "CONVERSATION_SUMMARY_JSON>>>"
@@ -58,11 +58,12 @@ def summary_message(summary: str, start_id: str) -> UserMessage:
 
 
 def summary_request_messages(request: SummaryRequest, task: str) -> list[ChatMessage]:
-    """`[system, previous summary, dropped turns..., task]`: the previous turn's prefix, then the task."""
+    """`[system, previous summary, dropped turns..., task]`, consecutive user messages joined as the stage calls
+    join them (the previous summary with the first turn after it): the previous turns' prefix, then the task."""
     head: list[ChatMessage] = [request.system] if request.system is not None else []
     if request.previous is not None:
         head.append(summary_message(request.previous, "previous"))
-    return [*head, *request.dropped, UserMessage(content=task)]
+    return merge_consecutive_users([*head, *request.dropped, UserMessage(content=task)])
 
 
 @functools.cache

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, SystemMessage, ToolMessage, UserMessage
 from agent_runtime.engine.memory.tokens import TokenCounter, litellm_token_counter
+from agent_runtime.settings import DEEPSEEK_DEFAULT_MODEL
 
 
 class WindowPolicy(BaseModel):
@@ -55,7 +56,7 @@ class WindowPolicy(BaseModel):
     summary_tokens: int | None = Field(
         default=None, ge=1, description="Reserve one message and this many tokens for a summary of dropped turns."
     )
-    model: str = Field(default="deepseek/deepseek-chat", min_length=1, description="Tokenizer to count with.")
+    model: str = Field(default=DEEPSEEK_DEFAULT_MODEL, min_length=1, description="Tokenizer to count with.")
     token_counter: TokenCounter | None = Field(
         default=None, exclude=True, repr=False, description="Replaces LiteLLM's counter (tests, other tokenizers)."
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
-from agent_runtime.engine.billing.models import CostSource
+from agent_runtime.engine.billing.models import CostBreakdown, CostSource, PriceTier
 
 
 class _Meta(BaseModel):
@@ -30,14 +30,34 @@ class SystemMetadata(_Meta):
     kind: Literal["system"] = "system"
 
 
-class ToolCallMetadata(_Meta):
+class BillingFields(_Meta):
+    """How a billed row's model call was priced, so every stored cost can be recomputed (billing.recompute_cost):
+    `model` (on the row's metadata) names the price list's model, `price_effective_from` its entry in force when
+    the call started, `price_tier` which of its tiers. None on rows that carry no call."""
+
+    cost_source: CostSource | None = None
+    cached_tokens: int | None = None
+    price_tier: PriceTier | None = None
+    price_effective_from: AwareDatetime | None = None
+
+    @classmethod
+    def of(cls, cost: CostBreakdown) -> BillingFields:
+        return cls(
+            cost_source=cost.cost_source,
+            cached_tokens=cost.cache_hit_tokens,
+            price_tier=cost.price_tier,
+            price_effective_from=cost.price_effective_from,
+        )
+
+
+class ToolCallMetadata(BillingFields):
     kind: Literal["tool_call"] = "tool_call"
     tool_calls: list[ToolCallSpec] = Field(min_length=1)
     run_id: str | None = None
     stage: str | None = None
     model: str | None = None
-    cost_source: CostSource | None = None
-    cached_tokens: int | None = None
+    # The model's reasoning for these calls (thinking mode): sent back with them in every later request.
+    reasoning_content: str | None = None
 
 
 class ToolResultMetadata(_Meta):
@@ -48,30 +68,28 @@ class ToolResultMetadata(_Meta):
     run_id: str | None = None
 
 
-class AssistantOutputMetadata(_Meta):
+class AssistantOutputMetadata(BillingFields):
     kind: Literal["assistant_output"] = "assistant_output"
     run_id: str | None = None
     stage: str | None = None
     model: str | None = None
-    cost_source: CostSource | None = None
-    cached_tokens: int | None = None
     demo: bool = False
     message_id: str | None = Field(default=None, description="AG-UI message id of the streamed answer.")
     # Present only on the answer of a cancelled run: its text as far as it was streamed.
     partial: Literal[True] | None = None
 
 
-class AuditMetadata(_Meta):
+class AuditMetadata(BillingFields):
     kind: Literal["audit"] = "audit"
     stage: str
     run_id: str | None = None
     model: str | None = None
-    cost_source: CostSource | None = None
-    cached_tokens: int | None = None
+    # A call cut by a cancel or a fault: its usage is estimated (prompt counted locally, output as streamed).
+    estimated: Literal[True] | None = None
     raw_output: Any = None
     error: str | None = None
-    # Set on the row holding a model call's reasoning (deepseek-reasoner's reasoning_content): kept for audit,
-    # streamed as REASONING_* events, never sent back to the model.
+    # Set on the row holding a model call's reasoning (`reasoning_content`): kept for audit and streamed as
+    # REASONING_* events; the reasoning of tool calls is also on their row (ToolCallMetadata), to be sent back.
     reasoning: Literal[True] | None = None
 
 

@@ -9,7 +9,8 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime.engine.messages.metadata import MessageMetadata
+from agent_runtime.engine.llm.models import UnfinishedCall
+from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields, MessageMetadata
 from agent_runtime.engine.money import Money
 
 Role = Literal["user", "assistant", "system", "tool"]
@@ -31,6 +32,27 @@ class NewMessage(BaseModel):
     @property
     def is_audit(self) -> bool:
         return self.metadata.kind == "audit"
+
+
+def unfinished_call_row(call: UnfinishedCall, *, stage: str, run_id: str | None) -> NewMessage:
+    """The audit row of a call cut by a cancel or a fault (billed by the provider, no usage came back): its
+    estimated usage and cost, so the ledger and the budgets count it."""
+    cost = call.cost
+    metadata = AuditMetadata(
+        **BillingFields.of(cost).model_dump(),
+        stage=stage,
+        run_id=run_id,
+        model=call.model,
+        error=f"interrupted: {call.reason}",
+        estimated=True,
+    )
+    return NewMessage(
+        role="assistant",
+        metadata=metadata,
+        input_tokens=cost.input_tokens,
+        output_tokens=cost.output_tokens,
+        cost=cost.cost,
+    )
 
 
 class StoredMessage(BaseModel):

@@ -15,6 +15,7 @@ import ag_ui.core as agui
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
+from agent_runtime.engine.llm.models import FunctionSpec, ToolSchema
 
 MAX_FRONTEND_TOOLS = 10
 MAX_DESCRIPTION_CHARS = 1_000
@@ -31,13 +32,10 @@ class FrontendTool(BaseModel):
     description: str
     parameters: dict[str, JsonValue]
 
-    def openai_schema(self) -> dict[str, JsonValue]:
-        function: dict[str, JsonValue] = {
-            "name": self.name,
-            "description": self.description,
-            "parameters": self.parameters,
-        }
-        return {"type": "function", "function": function}
+    def openai_schema(self) -> ToolSchema:
+        return ToolSchema(
+            function=FunctionSpec(name=self.name, description=self.description, parameters=self.parameters)
+        )
 
 
 def _invalid(index: int, field: str, msg: str) -> ValidationFailedError:

@@ -7,7 +7,7 @@ run: concurrent runs share only the process-wide `LLMClient`.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import uuid4
 
@@ -18,10 +18,9 @@ from agent_runtime.engine.flow.model_call import (
     ToolResultObserved,
 )
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.models import LLMRequest, ToolSchema, WireMessage
+from agent_runtime.engine.llm.models import CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.frontend_tools import FrontendTool
 from agent_runtime.engine.runs.partial_text import AssistantTextExtractor
 from agent_runtime.engine.runs.recorder import RunRecorder, StageOutput, ToolResultRecord
 from agent_runtime.engine.runs.run_state import RunStateTracker
@@ -95,9 +94,13 @@ class _AnswerMessage:
 
 
 class RunGateway:
-    """`stops_at`: tool names the run never runs on the model's word alone (approval and frontend tools);
-    a reply calling one ends the run waiting (`ToolCallsPending`). `frontend_tools` are offered next to the
-    execution stage's own tools."""
+    """`options`: each stage's model, thinking and effort (tasks.yaml). `tools`: the run's tools (the execution
+    stage's server tools, then the client's frontend tools), sent with every call of every stage, in the same order:
+    DeepSeek caches prompt prefixes and renders tools near the start of the prompt, so a call without them (or
+    with others) would share no more than the system prompt with the calls around it. Only the execution stage may
+    call them (`tool_choice` "none" elsewhere, and in its repair calls). `stops_at`: tool names the run never runs
+    on the model's word alone (approval and frontend tools); a reply calling one ends the run waiting
+    (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py)."""
 
     def __init__(
         self,
@@ -106,22 +109,33 @@ class RunGateway:
         recorder: RunRecorder,
         *,
         answer_message_id: str,
-        model: str,
+        options: Mapping[str, CallOptions],
+        tools: Sequence[ToolSchema] = (),
+        end_user: str | None = None,
         stops_at: Collection[str] = (),
-        frontend_tools: Sequence[FrontendTool] = (),
         state: RunStateTracker | None = None,
     ) -> None:
         self._llm = llm
         self._events = events
         self._recorder = recorder
-        self._model = model
+        self._options = options
+        self._tools = list(tools)
+        self._end_user = end_user
         self._stops_at = frozenset(stops_at)
-        self._frontend_tools = [ToolSchema.model_validate(t.openai_schema()) for t in frontend_tools]
         self._state = state
         self._answer = _AnswerMessage(events, answer_message_id)
         # Built in the run's task: the observation that times its first token.
         self._run = current_run()
         self._stage: str | None = None
+
+    @property
+    def tools(self) -> list[ToolSchema]:
+        """The run's tools, as every call of the run carries them (the memory summary's too)."""
+        return self._tools
+
+    @property
+    def end_user(self) -> str | None:
+        return self._end_user
 
     @property
     def streamed_answer(self) -> str:
@@ -151,25 +165,37 @@ class RunGateway:
                 route = {"route": "NEEDS_EXECUTION"} if stage == "execution" else {}
                 self._state.update(stage=stage, **route)
 
+    def request(self, call: ModelCall) -> LLMRequest:
+        """The LLM request for one of CrewAI's model calls (public for the tests of the prompt layout)."""
+        options = self._options[call.stage]
+        # CrewAI offers tools to the execution stage only; a repair call of that stage may not use them either.
+        may_call_tools = bool(call.tools) and call.allow_tools
+        tools = self._tools or None
+        return LLMRequest(
+            model=options.model,
+            messages=[WireMessage.model_validate(m) for m in call.messages],
+            tools=tools,
+            tool_choice=None if tools is None else "auto" if may_call_tools else "none",
+            # Not next to tools the model may call: DeepSeek does not document the pair, and JSON mode can keep the
+            # model from calling a tool. With tool_choice "none" it cannot call one anyway.
+            json_mode=call.json_mode and not may_call_tools,
+            max_tokens=call.max_tokens,
+            stream=call.stage in ANSWER_STAGES,
+            thinking=options.thinking,
+            reasoning_effort=options.reasoning_effort,
+            end_user=self._end_user,
+        )
+
     async def __call__(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
         self._enter(call.stage)
-        answer_stage = call.stage in ANSWER_STAGES
-        tools = [ToolSchema.model_validate(t) for t in call.tools or []]
-        if call.stage == "execution":
-            tools += self._frontend_tools
-        request = LLMRequest(
-            model=self._model,
-            messages=[WireMessage.model_validate(m) for m in call.messages],
-            tools=tools or None,
-            # Never JSON mode next to tools: DeepSeek does not document the pair, and it can keep the model from
-            # calling a tool. The stage's prompt still asks for JSON and the adapter validates the answer.
-            json_mode=call.json_mode and not tools,
-            max_tokens=call.max_tokens,
-            stream=answer_stage,
-        )
+        request = self.request(call)
+
+        def unfinished(cut: UnfinishedCall) -> None:
+            self._recorder.unfinished(call.stage, cut)
+
         reasoning_id = str(uuid4())
-        if answer_stage:
+        if request.stream:
             # One extractor per attempt (a retried call starts a new one): its text is this attempt's
             # assistant_text so far.
             route = ANSWER_STAGES[call.stage]
@@ -193,15 +219,17 @@ class RunGateway:
                 self._events.reasoning_end()
                 reasoning_id = str(uuid4())
 
-            response = await self._llm.complete_streaming(request, on_delta, on_retry, on_reasoning)
+            response = await self._llm.complete_streaming(
+                request, on_delta, on_retry, on_reasoning, on_unfinished=unfinished
+            )
         else:
-            response = await self._llm.complete(request)
+            response = await self._llm.complete(request, on_unfinished=unfinished)
             if response.reasoning:
                 self._events.reasoning_content(reasoning_id, response.reasoning)
         self._events.reasoning_end()
         self._recorder.reasoning(call.stage, response, reasoning_id)
-        if response.tool_calls and tools:
-            calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
+        calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]
+        if calls and request.tool_choice == "auto":
             row = await self._recorder.tool_calls(call.stage, response, calls)
             self._answer.ended()
             for spec in calls:
@@ -210,9 +238,20 @@ class RunGateway:
                 )
             if any(spec.name in self._stops_at for spec in calls):
                 raise ToolCallsPending(call.stage, calls)
-            return ModelReply(content=response.content or None, tool_calls=calls)
+            return ModelReply(
+                content=response.content or None,
+                tool_calls=calls,
+                reasoning=response.reasoning,
+                finish_reason=response.finish_reason,
+            )
+        # Tool calls where none were allowed are not run, stored or shown: the adapter asks for the contract again.
         self._recorder.stage_output(StageOutput(stage=call.stage, attempt=call.attempt, response=response))
-        return ModelReply(content=response.content)
+        return ModelReply(
+            content=response.content,
+            tool_calls=calls,
+            reasoning=response.reasoning,
+            finish_reason=response.finish_reason,
+        )
 
     def sink(self, event: ToolResultObserved) -> None:
         """Tool results the CrewAI adapter observed (on the loop thread) become events and queued rows (the

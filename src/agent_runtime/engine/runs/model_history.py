@@ -16,10 +16,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
+from agent_runtime.engine.memory.messages import TURN_SEPARATOR, ChatMessage, UserMessage, merge_consecutive_users
 from agent_runtime.engine.memory.summary import SUMMARY_ID_PREFIX
-
-TURN_SEPARATOR = "\n\n"
 
 
 class ModelTurn(BaseModel):
@@ -33,27 +31,16 @@ def _is_summary(message: ChatMessage) -> bool:
     return message.id.startswith(SUMMARY_ID_PREFIX)
 
 
-def _merge_users(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    merged: list[ChatMessage] = []
-    for message in messages:
-        previous = merged[-1] if merged else None
-        if isinstance(message, UserMessage) and isinstance(previous, UserMessage):
-            merged[-1] = message.model_copy(update={"content": previous.content + TURN_SEPARATOR + message.content})
-        else:
-            merged.append(message)
-    return merged
-
-
 def split_turn(window: Sequence[ChatMessage]) -> ModelTurn:
     """The window (oldest first, ending with the turn being answered) as history, request and continuation."""
     last = max((i for i, m in enumerate(window) if isinstance(m, UserMessage)), default=None)
     if last is None:
-        return ModelTurn(history=_merge_users(window), request="", continuation=[])
+        return ModelTurn(history=merge_consecutive_users(window), request="", continuation=[])
     first = last
     while first > 0 and isinstance(window[first - 1], UserMessage) and not _is_summary(window[first - 1]):
         first -= 1
     request = TURN_SEPARATOR.join(m.content for m in window[first : last + 1])
-    history = _merge_users(window[:first])
+    history = merge_consecutive_users(window[:first])
     if history and isinstance(history[-1], UserMessage):
         # Only the summary ends a history as a user message (the window kept nothing but this turn after a cut):
         # it goes in front of the request, which is a user message too.

@@ -17,15 +17,16 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.llm.models import LLMResponse
+from agent_runtime.engine.llm.models import LLMResponse, UnfinishedCall
 from agent_runtime.engine.messages.metadata import (
     AssistantOutputMetadata,
     AuditMetadata,
+    BillingFields,
     ToolCallMetadata,
     ToolCallSpec,
     ToolResultMetadata,
 )
-from agent_runtime.engine.messages.models import NewMessage, StoredMessage
+from agent_runtime.engine.messages.models import NewMessage, StoredMessage, unfinished_call_row
 from agent_runtime.engine.messages.store import MessageStore
 
 
@@ -69,12 +70,12 @@ class RunRecorder:
     async def tool_calls(self, stage: str, response: LLMResponse, calls: list[ToolCallSpec]) -> StoredMessage:
         """Store the model's tool calls at once (with tool results not written yet, in the same statement)."""
         metadata = ToolCallMetadata(
+            **BillingFields.of(response.cost).model_dump(),
             tool_calls=calls,
             run_id=self.run_id,
             stage=stage,
             model=response.model,
-            cost_source=response.cost.cost_source,
-            cached_tokens=response.cost.cache_hit_tokens,
+            reasoning_content=response.reasoning,
         )
         row = NewMessage(role="assistant", content=response.content, metadata=metadata)
         rows = [*self._take_tool_results(), _billed(row, response)]
@@ -114,6 +115,10 @@ class RunRecorder:
         rows, self._reasoning = self._reasoning, []
         return rows
 
+    def unfinished(self, stage: str, call: UnfinishedCall) -> None:
+        """A call cut by a cancel or a fault: its estimated audit row, written with the run's end."""
+        self._queued.append(unfinished_call_row(call, stage=stage, run_id=self.run_id))
+
     def stage_output(self, output: StageOutput) -> None:
         self._outputs.append(output)
 
@@ -127,12 +132,12 @@ class RunRecorder:
 
     def _audit(self, output: StageOutput, *, billed: bool, error: str | None = None) -> NewMessage:
         response = output.response
+        billing = BillingFields.of(response.cost) if billed else BillingFields()
         metadata = AuditMetadata(
+            **billing.model_dump(),
             stage=output.stage,
             run_id=self.run_id,
             model=response.model,
-            cost_source=response.cost.cost_source if billed else None,
-            cached_tokens=response.cost.cache_hit_tokens if billed else None,
             raw_output=response.content,
             error=error,
         )
@@ -164,11 +169,10 @@ class RunRecorder:
             content=answer_text,
             message_id=message_id,
             metadata=AssistantOutputMetadata(
+                **(BillingFields.of(answer.response.cost) if answer else BillingFields()).model_dump(),
                 run_id=self.run_id,
                 stage=answer_stage,
                 model=answer.response.model if answer else None,
-                cost_source=answer.response.cost.cost_source if answer else None,
-                cached_tokens=answer.response.cost.cache_hit_tokens if answer else None,
                 demo=demo,
                 message_id=message_id,
             ),

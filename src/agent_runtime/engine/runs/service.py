@@ -28,11 +28,14 @@ from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import RunInProgressError
+from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.crewai_env import configure_crewai_env
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import engine_tools
-from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.llm.client import Clock, LLMClient
+from agent_runtime.engine.llm.end_user import end_user_id
+from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.memory.tokens import litellm_token_counter
 from agent_runtime.engine.messages.models import NewMessage
@@ -72,14 +75,16 @@ class RunService:
         templates: FlowTemplates,
         *,
         dsn: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """`dsn`: for the connection that LISTENs for run events and controls; without it (tests of the engine
-        alone) followers of other processes' runs poll the stored log."""
+        alone) followers of other processes' runs poll the stored log. `clock`: when model calls start, for
+        their prices (None: the wall clock)."""
         self._settings = settings
         self._pool = pool
         self._messages = messages
         self._templates = templates
-        self._warmup = Warmup(settings)
+        self._warmup = Warmup(settings, clock=clock)
         self._jobs: dict[UUID, RunJob] = {}
         # Every run task until it is done (a run leaves `_jobs` a moment earlier, before its log's last write).
         self._tasks: set[asyncio.Task[None]] = set()
@@ -104,6 +109,9 @@ class RunService:
         self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
         self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
+        self._stage_options: dict[str, CallOptions] = {
+            stage: templates.call_options(stage, settings) for stage in STAGE_NAMES
+        }
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
@@ -217,14 +225,16 @@ class RunService:
                     # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
                     from agent_runtime.engine.runs.gateway import RunGateway
 
+                    frontend = job.turn.run_input.frontend_tools
                     job.gateway = RunGateway(
                         self._client(),
                         job.events,
                         recorder,
                         answer_message_id=str(uuid4()),
-                        model=self._settings.effective_llm_model,
-                        stops_at=[*self._turns.approval_tools, *(t.name for t in job.turn.run_input.frontend_tools)],
-                        frontend_tools=job.turn.run_input.frontend_tools,
+                        options=self._stage_options,
+                        tools=[*self._turns.tool_schemas, *(t.openai_schema() for t in frontend)],
+                        end_user=end_user_id(self._settings.jwt_secret, job.ctx.user_id),
+                        stops_at=[*self._turns.approval_tools, *(t.name for t in frontend)],
                         state=job.turn.state,
                     )
                     result = await self._turns.run(job.turn, job.gateway, recorder)

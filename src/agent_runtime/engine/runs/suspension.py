@@ -16,8 +16,8 @@ from pydantic import BaseModel
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.model_call import ToolCallsPending
 from agent_runtime.engine.flow.tools import Tool
-from agent_runtime.engine.flow.wire import strip_code_fence
 from agent_runtime.engine.llm.models import LLMResponse
+from agent_runtime.engine.llm.repair import strip_code_fence
 from agent_runtime.engine.runs.pending import CallKind, PendingCall, PendingTurn
 from agent_runtime.engine.runs.run_events import PendingInterrupt
 

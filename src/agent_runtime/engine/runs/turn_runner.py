@@ -25,7 +25,9 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import ToolRegistry
 from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.llm.models import ToolSchema
 from agent_runtime.engine.memory.run_memory import run_history
+from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
@@ -105,6 +107,11 @@ class TurnRunner:
     def approval_tools(self) -> list[str]:
         return self._templates.execution.agent.requires_approval
 
+    @property
+    def tool_schemas(self) -> list[ToolSchema]:
+        """The execution stage's server tools as the model is offered them (every call carries them: gateway)."""
+        return [self._tools.get(name).openai_schema() for name in self._templates.execution.agent.tools]
+
     async def snapshots(self, job: TurnJob) -> None:
         """The thread as stored (a fresh page or a second device restores it from the stream alone) and the
         run state, first thing in every run."""
@@ -136,6 +143,11 @@ class TurnRunner:
             llm=self._client(),
             task=self._templates,
             record=recorder.queue_row,
+            call=SummaryCall(
+                options=self._templates.call_options(SUMMARY_STAGE, self._settings),
+                tools=gateway.tools,
+                end_user=gateway.end_user,
+            ),
         )
         turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)

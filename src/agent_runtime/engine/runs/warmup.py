@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from agent_runtime.engine.llm.client import LLMClient
+from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.settings import Settings
 
 _T = TypeVar("_T")
@@ -41,15 +41,16 @@ async def _in_daemon_thread(work: Callable[[], _T]) -> _T:
 
 
 class Warmup:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, clock: Clock | None = None) -> None:
         self._settings = settings
+        self._clock = clock
         self._llm: LLMClient | None = None
         self._task: asyncio.Task[None] | None = None
 
     def client(self) -> LLMClient:
         # Built on first use: it imports LiteLLM (seconds of CPU), which `serve` must not wait for.
         if self._llm is None:
-            self._llm = LLMClient(self._settings)
+            self._llm = LLMClient(self._settings, clock=self._clock)
         return self._llm
 
     @property
