@@ -85,10 +85,15 @@ class Settings(BaseSettings):
     models_file: Path
     migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
-    memory_max_messages: int = Field(default=20, ge=1)
-    memory_max_tokens: int = Field(default=8000, ge=1)
-    memory_low_messages: int = Field(default=10, ge=1)
-    memory_low_tokens: int = Field(default=4000, ge=1)
+    # Measured against DeepSeek's cache prefix units (scripts/bench/conversation_cost.py, docs/benchmarks.md): a
+    # cut re-sends what it keeps at the cache-miss price (50x the hit price) once and saves the hit price of what it
+    # drops on every later call. So the window grows long before it is cut, and is then cut deep (to the newest
+    # turn and the summary): within 100 turns it never cuts, as cheap as sending everything and 85 %+ cache hits on
+    # every turn's first call; beyond, the prompt stays bounded.
+    memory_max_messages: int = Field(default=400, ge=1)
+    memory_max_tokens: int = Field(default=16_000, ge=1)
+    memory_low_messages: int = Field(default=4, ge=1)
+    memory_low_tokens: int = Field(default=1500, ge=1)
     memory_summary: bool | None = None
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from decimal import Decimal
 
 from tests.llm.conftest import PEAK_ENTRY, MakeClient
@@ -159,3 +160,33 @@ async def test_complete_with_stream_flag_streams_on_the_wire(stub: DeepSeekStub,
     response = await make_client().complete(HELLO.model_copy(update={"stream": True}))
     assert response.content == "stub answer to: hello"
     assert stub.requests[-1].body["stream"] is True
+
+
+async def test_litellms_placeholder_warning_for_answers_without_reasoning_is_filtered(
+    stub: DeepSeekStub, make_client: MakeClient
+) -> None:
+    """Pins `litellm._logging.verbose_logger` (engine/litellm_import.py): with thinking on, LiteLLM warns once per
+    history answer that has no reasoning (answers without tool calls never do) and sends a placeholder; the
+    warning is not actionable and would flood the logs."""
+    from litellm._logging import verbose_logger
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep()
+    verbose_logger.addHandler(keep)
+    try:
+        history = [
+            WireMessage(role="user", content="hi"),
+            WireMessage(role="assistant", content="hello"),
+            WireMessage(role="user", content="and now?"),
+        ]
+        await make_client().complete(LLMRequest(messages=history, thinking=True))
+    finally:
+        verbose_logger.removeHandler(keep)
+    sent = stub.requests[-1].body["messages"][1]
+    assert sent == {"role": "assistant", "content": "hello", "reasoning_content": " "}  # LiteLLM's placeholder
+    assert [r.getMessage() for r in records if "reasoning_content" in r.getMessage()] == []

@@ -283,8 +283,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*"))
 
 
+# A window that cuts within a few turns (the shipped one is long: settings.py says why), for the tests of cuts.
+SHORT_WINDOW = {
+    "memory_max_messages": 20,
+    "memory_max_tokens": 8000,
+    "memory_low_messages": 10,
+    "memory_low_tokens": 4000,
+}
+
+
 async def long_session(h: Harness, user: User) -> str:
-    """A session whose stored history (15 answered turns) fills the default window: its next run cuts it."""
+    """A session whose stored history (15 answered turns) fills SHORT_WINDOW: its next run cuts it."""
     sid = await h.new_session(user)
     earlier: list[NewMessage] = []
     for turn in range(15):
@@ -320,10 +329,11 @@ MakeHarness = Callable[..., AbstractAsyncContextManager[Harness]]
 
 @pytest.fixture
 def make_harness(settings: Settings) -> MakeHarness:
-    """`async with make_harness(run_timeout_seconds=1) as h:` an app on a fresh stub; kwargs override settings."""
+    """`async with make_harness(run_timeout_seconds=1) as h:` an app on a fresh stub; kwargs override settings, and
+    `clock` is when the app's model calls start (for their prices; default: a peak hour)."""
 
     @asynccontextmanager
-    async def build(**overrides: Any) -> AsyncIterator[Harness]:
+    async def build(clock: Callable[[], datetime] = lambda: PEAK_TIME, **overrides: Any) -> AsyncIterator[Harness]:
         async with DeepSeekStub(api_key=STUB_API_KEY, responder=default_responder) as stub:
             values: dict[str, Any] = {
                 "environment": "test",
@@ -341,7 +351,7 @@ def make_harness(settings: Settings) -> MakeHarness:
             }
             values.update(overrides)
             app_settings = settings.model_copy(update=values)
-            app = create_app(app_settings, clock=lambda: PEAK_TIME)
+            app = create_app(app_settings, clock=clock)
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:

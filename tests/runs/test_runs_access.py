@@ -9,7 +9,7 @@ from uuid import uuid4
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, intent_direct, text_messages, types
+from tests.runs.conftest import SHORT_WINDOW, Harness, MakeHarness, intent_direct, text_messages, types
 
 from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS
 
@@ -131,9 +131,13 @@ async def test_a_long_message_within_the_token_budget_is_accepted(h: Harness, ma
 
 @pytest.mark.parametrize("endpoint", ["rest", "agui"])
 async def test_a_message_over_the_token_budget_is_a_422_naming_the_limit(
-    h: Harness, make_user: Callable[[], User], endpoint: str
+    make_harness: MakeHarness, make_user: Callable[[], User], endpoint: str
 ) -> None:
-    user = make_user()
+    async with make_harness(**SHORT_WINDOW) as h:  # MEMORY_MAX_TOKENS 8000: a message may have 4000
+        await _refused_over_budget(h, make_user(), endpoint)
+
+
+async def _refused_over_budget(h: Harness, user: User, endpoint: str) -> None:
     sid = await h.new_session(user)
     message = "y" * MAX_MESSAGE_CHARS  # 20,000 characters but ~5,000 tokens: no window could hold it
 

@@ -57,7 +57,10 @@ async def _assert_failed(
     code: str,
     message: str,
     caplog: pytest.LogCaptureFixture,
+    *,
+    cut: bool = False,
 ) -> None:
+    """`cut`: the run stopped a call the provider was answering, which is billed with an estimated usage."""
     assert result.status == 200
     assert types(result.events) == [*RUN_START, *STAGE_START, "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
     assert result.events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": result.run_id}
@@ -72,9 +75,14 @@ async def _assert_failed(
     session = await h.session(user, sid)
     assert (session["status"], session["error_id"]) == ("failed", error_id)
     assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": error_id}
-    # The user's message is kept; no model answered, so there is nothing else to store or bill.
+    # The user's message is kept; no model answered, so there is nothing else to store, and nothing to bill but
+    # the call the run cut (an estimate: the provider processed the prompt).
     rows = await h.rows(user, sid)
-    assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
+    assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello"), *([(-1, "assistant", "")] * cut)]
+    if cut:
+        estimate = rows[1].metadata.model_dump()
+        assert (estimate["estimated"], estimate["error"], rows[1].output_tokens) == (True, "interrupted: cancelled", 0)
+        assert rows[1].input_tokens > 0 and rows[1].cost > 0
     _assert_failure_logged(caplog, sid, result.run_id, error_id, code, message)
 
 
@@ -147,7 +155,7 @@ async def test_run_timeout_fails_the_run_and_frees_the_session(
 
         assert 1.0 <= elapsed < 3.0  # not waiting for the model's answer
         await _assert_failed(
-            timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS", caplog
+            timed, user, sid, result, "run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS", caplog, cut=True
         )
         # The late answer may come now: it changes nothing. The session takes the next run.
         await hold.release()

@@ -62,7 +62,9 @@ async def test_drain_interrupts_a_run_past_the_grace_period_and_refuses_new_ones
         assert session["state_snapshot"] == {"status": "failed", "run_id": result.run_id, "error_id": error_id}
         assert (session["status"], session["error_id"]) == ("failed", error_id)
         rows = await timed.rows(user, sid)
-        assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello")]
+        # The call the drain cut is billed with an estimated usage (the provider processed the prompt).
+        assert [(r.seq, r.role, r.content) for r in rows] == [(1, "user", "hello"), (-1, "assistant", "")]
+        assert rows[1].metadata.model_dump()["estimated"] is True
         assert len(timed.stub.requests) == 1
 
 

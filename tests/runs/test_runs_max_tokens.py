@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.conftest import User
 from tests.runs.conftest import (
+    SHORT_WINDOW,
     MakeHarness,
     crewai_config,
     execution_done,
@@ -32,7 +33,7 @@ def _config_with_caps(tmp_path: Path) -> Path:
 async def test_every_call_sends_its_tasks_max_tokens(
     make_harness: MakeHarness, make_user: Callable[[], User], tmp_path: Path
 ) -> None:
-    async with make_harness(crewai_config_dir=_config_with_caps(tmp_path)) as h:
+    async with make_harness(crewai_config_dir=_config_with_caps(tmp_path), **SHORT_WINDOW) as h:
         user = make_user()
         # A full window, so this run cuts it and summarises what it drops first.
         sid = await long_session(h, user)

@@ -1,17 +1,28 @@
-"""A long conversation through the run path: the model sees the cache-aware memory window. The first run over
-the high-water mark (20 messages) cuts to the low-water mark (10) at a user turn, summarises what it dropped in
-one model call (recorded on an audit row), and shows the summary right after the system prompt; the next run
-keeps the same start, so its requests begin with exactly the same bytes."""
+"""A long conversation through the run path, with SHORT_WINDOW (a window that cuts within a few turns): the model
+sees the cache-aware memory window. The first run over the high-water mark (20 messages) cuts to the low-water mark
+(10) at a user turn, summarises what it dropped in one model call (recorded on an audit row), and shows the summary
+right after the system prompt; the next run keeps the same start, so its requests begin with exactly the same
+bytes."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, long_session, money, types, usage
+from tests.runs.conftest import (
+    SHORT_WINDOW,
+    Harness,
+    MakeHarness,
+    cny_cost,
+    intent_direct,
+    long_session,
+    money,
+    types,
+    usage,
+)
 from tests.runs.test_runs_statements import counted_statements
 from tests.stubs.deepseek_stub import StubReply
 
@@ -19,6 +30,12 @@ from agent_runtime.engine.memory.summary import summary_message
 from agent_runtime.engine.messages.metadata import AuditMetadata
 
 SUMMARY = "The user asked questions 0 to 10; each was answered."
+
+
+@pytest.fixture
+async def h(make_harness: MakeHarness) -> AsyncIterator[Harness]:
+    async with make_harness(**SHORT_WINDOW) as harness:
+        yield harness
 
 
 def _turns(first: int, last: int) -> list[dict[str, Any]]:
@@ -88,7 +105,7 @@ async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
 async def test_without_summaries_the_cut_keeps_ten_messages(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
-    async with make_harness(memory_summary=False) as h:
+    async with make_harness(memory_summary=False, **SHORT_WINDOW) as h:
         user = make_user()
         sid = await long_session(h, user)
         h.stub.enqueue(intent_direct("Noted."))
@@ -166,7 +183,12 @@ async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make
     async with make_harness(llm_model=None, llm_api_base=None, deepseek_api_key=None, run_timeout_seconds=120) as h:
         assert not h.settings.memory_summary_enabled
     async with make_harness(
-        llm_model=None, llm_api_base=None, deepseek_api_key=None, memory_summary=True, run_timeout_seconds=120
+        llm_model=None,
+        llm_api_base=None,
+        deepseek_api_key=None,
+        memory_summary=True,
+        run_timeout_seconds=120,
+        **SHORT_WINDOW,
     ) as h:
         user = make_user()
         sid = await long_session(h, user)

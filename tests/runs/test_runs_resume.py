@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, intent_direct, sse_frames, warm_up
+from tests.runs.conftest import Harness, MakeHarness, cny_cost, intent_direct, money, sse_frames, warm_up
 from tests.runs.test_runs_disconnect import served
 from tests.support.sse import frames_of, sse_body
 
@@ -149,6 +149,17 @@ async def test_cancel_closes_the_model_request_keeps_the_partial_answer_and_ends
             0,
             "0.0000000000",
         )
+        # The provider bills what it generated although no usage came back: the cut call is an audit row with its
+        # usage estimated (the prompt counted here, the output as far as it streamed), in the ledger and budgets.
+        (cut,) = [r for r in await h.rows(user, sid) if r.seq < 0 and r.metadata.model_dump().get("estimated")]
+        assert (cut.metadata.model_dump()["stage"], cut.metadata.model_dump()["error"]) == (
+            "intent",
+            "interrupted: cancelled",
+        )
+        assert cut.input_tokens > 1000 and 0 < cut.output_tokens < 200
+        assert cut.cost == cny_cost(cut.input_tokens, cut.output_tokens)  # every prompt token priced as a miss
+        total = (await h.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()["total"]
+        assert (total["cost"], total["input_tokens"]) == (money(cut.cost), cut.input_tokens)
         assert (await h.session(user, sid))["status"] == "completed"
         runs = (await h.client.get(f"/v1/sessions/{sid}/runs", headers=user.headers)).json()["items"]
         assert [(r["id"], r["status"], r["error_code"]) for r in runs] == [(run_id, "cancelled", None)]

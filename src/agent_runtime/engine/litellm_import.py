@@ -56,9 +56,8 @@ def _skip_litellms_own_pricing() -> None:
     """LiteLLM prices every non-streamed call itself (`Logging.response_cost_calculator`, for the response's
     hidden params and its logging callbacks): 3.4 % of a full run's GIL time in a py-spy profile; with
     crewai_env's two cuts, -8 % CPU per full run (docs/crewai-notes.md). We register no LiteLLM callback and
-    read no LiteLLM cost: engine/billing prices every call from its usage (and calls `litellm.completion_cost`
-    itself for its fallback, which this does not touch). None is what LiteLLM itself reports for a call it
-    cannot price, so its callers handle it."""
+    read no LiteLLM cost: engine/billing prices every call from its usage and our dated price list. None is what
+    LiteLLM itself reports for a call it cannot price, so its callers handle it."""
     from litellm.litellm_core_utils.litellm_logging import Logging
 
     Logging.response_cost_calculator = _no_response_cost  # type: ignore[method-assign]

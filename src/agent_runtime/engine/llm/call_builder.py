@@ -33,7 +33,7 @@ class CallTarget(BaseModel):
 
 
 def litellm_model_id(model: str) -> str:
-    """`deepseek-chat` -> `deepseek/deepseek-chat`; LiteLLM routes on the provider prefix."""
+    """`deepseek-flash` -> `deepseek/deepseek-flash`; LiteLLM routes on the provider prefix."""
     if "/" not in model and model.startswith("deepseek-"):
         return f"deepseek/{model}"
     return model

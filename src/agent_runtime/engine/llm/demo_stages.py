@@ -45,7 +45,7 @@ _TOOL_WORD = re.compile(r"\btools?\b", re.IGNORECASE)
 class DemoAnswer(BaseModel):
     content: str = ""
     tool_calls: list[WireToolCall] = Field(default_factory=list)
-    # Like deepseek-reasoner's reasoning_content, so reasoning can be seen (and tested) offline.
+    # Like a thinking model's reasoning_content, so reasoning can be seen (and tested) offline.
     reasoning: str = ""
 
 

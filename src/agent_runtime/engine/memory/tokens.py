@@ -33,7 +33,8 @@ from agent_runtime.engine.memory.messages import ChatMessage
 TokenCounter = Callable[[ChatMessage], int]
 """Tokens one message costs in the model input, its framing included (see the module docstring)."""
 
-_CACHE_SIZE = 4096
+# A long window holds hundreds of messages (MEMORY_MAX_MESSAGES); at ~100 bytes an entry this is ~3 MB.
+_CACHE_SIZE = 32_768
 # LiteLLM's count of an empty message list: the reply's priming, counted once per call (see the docstring).
 _PRIMING = 3
 

@@ -17,7 +17,7 @@ Rules (the first three are Spring AI's MessageWindowChatMemory, the rest is ours
 
 `apply_window` is that window over a whole conversation. `plan_window` adds the cache-aware start (the
 "high-water / low-water" policy, rules 7-9), which keeps the model's input prefix byte-identical for many
-turns so the provider's prefix cache (DeepSeek bills a repeated prefix at a tenth of the price) keeps hitting:
+turns so the provider's cache (DeepSeek bills a repeated prefix at 1/50 of the price) keeps hitting:
 7. The window starts at a stored start (a user message id; none = the start of the conversation) and grows
    from it while it fits the budgets (`max_messages`/`max_tokens`, the high-water marks).
 8. When it no longer fits, it is cut once, in a large step: the new start is the oldest user turn from which

@@ -6,6 +6,7 @@ run: concurrent runs share only the process-wide `LLMClient`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,8 @@ class RunGateway:
         # Built in the run's task: the observation that times its first token.
         self._run = current_run()
         self._stage: str | None = None
+        # The tasks of the model calls in flight (each runs on the app's loop: engine/flow/crew_llm.py).
+        self._calls: set[asyncio.Task[object]] = set()
 
     @property
     def tools(self) -> list[ToolSchema]:
@@ -186,7 +189,23 @@ class RunGateway:
             end_user=self._end_user,
         )
 
+    async def settled(self, seconds: float) -> None:
+        """Until the model calls in flight have ended (a stopped run cancels them, and each cut call records its
+        estimated usage as it ends), at most `seconds`: the run's end writes what they recorded."""
+        calls = [task for task in self._calls if task is not asyncio.current_task()]
+        if calls:
+            await asyncio.wait(calls, timeout=seconds)
+
     async def __call__(self, call: ModelCall) -> ModelReply:
+        task = asyncio.current_task()
+        if task is not None:
+            self._calls.add(task)
+        try:
+            return await self._call(call)
+        finally:
+            self._calls.discard(task)
+
+    async def _call(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
         self._enter(call.stage)
         request = self.request(call)

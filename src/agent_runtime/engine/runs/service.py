@@ -65,6 +65,10 @@ from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# How long a stopped run waits for its cancelled model calls to end (they record what they were billed) before
+# its end is written; a cancelled call ends at its next await, so this is a bound, not a wait.
+SETTLE_SECONDS = 1.0
+
 
 class RunService:
     def __init__(
@@ -244,6 +248,8 @@ class RunService:
                     await self._cancelled(job, recorder)
                     return
                 failure = job.stop_reason or RunFailure.of(exc)
+                if job.gateway is not None:
+                    await job.gateway.settled(SETTLE_SECONDS)
                 await self._fail(job, failure, recorder.failed_rows(f"{failure.code}: {failure.message}"), exc)
                 if not isinstance(exc, Exception) and job.stop_reason is None:
                     raise  # cancelled by someone who did not say why (e.g. the loop closing): stay cancelled
@@ -269,6 +275,8 @@ class RunService:
         partial), record it completed (run status `cancelled`), and finish with outcome `cancelled`."""
         job.ending = True
         gateway = job.gateway
+        if gateway is not None:
+            await gateway.settled(SETTLE_SECONDS)
         rows = recorder.cancelled_rows(
             answer_text=gateway.streamed_answer if gateway is not None else "",
             message_id=gateway.answer_message_id if gateway is not None else str(uuid4()),
