@@ -7,7 +7,8 @@ LiteLLM) on a throwaway database `agent_runtime_bench_<random>` (created on the 
 an admin URL, default postgresql://postgres@127.0.0.1:5432/postgres; dropped WITH (FORCE) at the end, also
 on failure). The model is `tests/stubs/deepseek_stub.py` in a child process (spawned), so its CPU is not
 charged to the engine; the stub's own CPU is read from /proc and shown apart. The stub is scripted per
-stage from the request (its stage request starts with `Stage: <name>`; a marker in the user's message picks the
+stage from the request (a later stage's request starts with `Stage: <name>`, the intent stage's is the user's turn;
+a marker in the user's message picks the
 route and the latency), and every run is checked to have taken its route (model calls, tool results):
 - short-circuit: intent -> DIRECT_EXECUTION (1 model call, streamed);
 - full: intent -> NEEDS_EXECUTION, execution -> one `calculator` tool call, execution -> ExecutionResult,
@@ -113,14 +114,16 @@ ORGANIZATION = {
 
 
 def respond(request: RecordedRequest) -> StubReply:
-    """Answer one stage: the stage request (the last user message) starts with `Stage: <name>`."""
+    """Answer one stage (engine/flow/prompt.py): a later stage's request (the last user message) starts with
+    `Stage: <name>`; otherwise the last user message is the user's turn, the intent stage's request."""
     messages = request.messages
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    task = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
-    delay = SLOW_LATENCY if SLOW in task else 0.0
-    stage = task.split("\n", 1)[0]
+    users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    turn = next((text for text in reversed(users) if not text.startswith("Stage: ")), "")
+    delay = SLOW_LATENCY if SLOW in turn else 0.0
+    stage = users[-1].split("\n", 1)[0] if users and users[-1].startswith("Stage: ") else "Stage: intent"
     if stage == "Stage: intent":
-        content = json.dumps(INTENT_FULL if FULL in task else INTENT_SHORT)
+        content = json.dumps(INTENT_FULL if FULL in turn else INTENT_SHORT)
         return StubReply(content=content, delay_seconds=delay, chunk_chars=CHUNK_CHARS)
     if stage == "Stage: execution":
         if any(m.get("role") == "tool" for m in messages[last_user + 1 :]):

@@ -2,8 +2,8 @@
 
 Adapted from the peer's `stub.py` (../shared/bench/peer-pydantic-ai/, the stub of issue 9's first table): it
 wraps the project's `tests/stubs/deepseek_stub.DeepSeekStub`. The stage is recognised from the last user message:
-ours starts with `Stage: <name>`, the peer's names the contract ("matching the IntentResult schema" ...); the
-route from a marker in it:
+ours starts with `Stage: <name>` (the intent stage's is the user's turn itself), the peer's names the contract
+("matching the IntentResult schema" ...); the route from a marker in the user's turn:
 `[bench:full]` -> NEEDS_EXECUTION with one calculator call (12*7), anything else -> DIRECT_EXECUTION.
 One change: `[lat=S]` in the user's text sets the delay before each call's first byte (default `--latency`),
 so one stub and one server process serve every scenario of a benchmark run.
@@ -65,23 +65,28 @@ def make_responder(default_latency: float, chunk_chars: int) -> Any:
         messages = request.messages
         last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         task = content_text(messages[last_user].get("content")) if last_user >= 0 else ""
-        marker = _LATENCY.search(task)
+        users = [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+        # Ours: the user's turn is the intent call's last message, a later stage's request starts with `Stage:`.
+        turn = next((text for text in reversed(users) if not text.startswith("Stage: ")), "")
+        marker = _LATENCY.search(turn)
         delay = float(marker.group(1)) if marker else default_latency
-        stage = task.split("\n", 1)[0]
-        if stage == "Stage: intent" or "matching the IntentResult schema" in task:
-            content = json.dumps(INTENT_FULL if FULL in task else INTENT_SHORT)
+        stage = task.split("\n", 1)[0] if task.startswith("Stage: ") else "Stage: intent"
+        if "matching the ExecutionResult schema" in task:
+            stage = "Stage: execution"
+        elif "matching the OrganizationResult schema" in task:
+            stage = "Stage: organization"
+        if stage == "Stage: intent":
+            content = json.dumps(INTENT_FULL if FULL in turn else INTENT_SHORT)
             return StubReply(content=content, delay_seconds=delay, chunk_chars=chunk_chars)
-        if stage == "Stage: execution" or "matching the ExecutionResult schema" in task:
+        if stage == "Stage: execution":
             if any(m.get("role") == "tool" for m in messages[last_user + 1 :]):
                 # One chunk when streamed (the peer streams every call; agent-runtime asks this one unstreamed).
                 return StubReply(content=json.dumps(EXECUTION), delay_seconds=delay, chunk_chars=100_000)
             arguments = json.dumps({"expression": EXPRESSION})
             call = StubToolCall(id=f"call_{uuid.uuid4().hex[:24]}", name="calculator", arguments=arguments)
             return StubReply(tool_calls=[call], delay_seconds=delay)
-        if stage == "Stage: organization" or "matching the OrganizationResult schema" in task:
-            content = json.dumps(ORGANIZATION, ensure_ascii=False)
-            return StubReply(content=content, delay_seconds=delay, chunk_chars=chunk_chars)
-        return StubReply(content='{"error": "load stub: unknown stage"}', delay_seconds=delay)
+        content = json.dumps(ORGANIZATION, ensure_ascii=False)
+        return StubReply(content=content, delay_seconds=delay, chunk_chars=chunk_chars)
 
     return respond
 

@@ -31,7 +31,7 @@ from tests.runs.conftest import (
     types,
     usage,
 )
-from tests.stubs.deepseek_stub import StubReply
+from tests.stubs.deepseek_stub import StubReply, StubToolCall
 
 REJECTED = "rejected: did not match the stage contract"
 
@@ -211,3 +211,37 @@ async def test_invalid_json_exhausted_fails_the_run_and_bills_every_attempt(
         "currency": "CNY",
         "model_calls": 3,
     }
+
+
+async def test_prose_after_a_tool_result_gets_the_contract_asked_for_without_tools(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    """A model that answers in prose after its tool result (DeepSeek's JSON mode is off next to callable tools) is
+    asked for the contract with the tools it may not call: it cannot repeat the call, and the run finishes."""
+    user = make_user()
+    sid = await h.new_session(user)
+    call = StubToolCall(id="call_1", name="calculator", arguments='{"expression": "2+2"}')
+    h.stub.enqueue(
+        intent_needs("Compute 2+2."),
+        StubReply(tool_calls=[call]),
+        StubReply(content="The answer is 4."),  # prose where ExecutionResult was due
+        execution_done("2+2=4", {"result": "4"}),
+        organized("It is 4."),
+    )
+
+    result = await h.run(user, sid, "what is 2+2?")
+
+    assert types(result.events)[-1] == "RUN_FINISHED", result.body
+    stages = [(stage_of(r), r.body["tool_choice"], "response_format" in r.body) for r in h.stub.requests]
+    assert stages == [
+        ("intent", "none", True),
+        ("execution", "auto", False),
+        ("execution", "auto", False),
+        ("execution", "none", True),  # the repair: no tool can be called, JSON mode on
+        ("organization", "none", True),
+    ]
+    repair = h.stub.requests[3].messages[-1]["content"]
+    assert repair.startswith("Your previous answer could not be used: ") and "ExecutionResult JSON object" in repair
+    assert [m["content"] for m in await h.visible(user, sid) if m["role"] == "assistant" and m["content"]] == [
+        "It is 4."
+    ]
