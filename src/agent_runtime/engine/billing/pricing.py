@@ -13,11 +13,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_runtime.engine.billing.models import PriceTier
 from agent_runtime.engine.billing.schedule import SOURCE_PATTERN, ConfigModel, PeakClock, PeakSchedule, UtcDatetime
+from agent_runtime.engine.config_file import load_yaml_model
 from agent_runtime.engine.errors import AppError
 
 
@@ -155,18 +155,7 @@ class PricingTable:
 
     @classmethod
     def load(cls, path: Path) -> PricingTable:
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            # A YAML error spans several lines (the mark and a caret); start-up errors are one line.
-            raise PricingConfigError(f"{path}: cannot read price table: {' '.join(str(exc).split())}") from exc
-        try:
-            pricing = PricingFile.model_validate(raw)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "<root>"
-            raise PricingConfigError(f"{path}: {where}: {first['msg']}") from exc
-        return cls(pricing, source=str(path))
+        return cls(load_yaml_model(path, PricingFile, PricingConfigError, what="price table"), source=str(path))
 
     def quote(self, model: str, at: datetime) -> PriceQuote | None:
         """The price in force for `model` (a key or an alias) at `at`; None when there is none."""

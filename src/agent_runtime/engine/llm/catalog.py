@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
+
+from agent_runtime.engine.config_file import load_yaml_model
 
 
 class ModelConfigError(ValueError):
@@ -65,17 +66,7 @@ class ModelCatalog:
 
     @classmethod
     def load(cls, path: Path) -> ModelCatalog:
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ModelConfigError(f"{path}: cannot read: {exc}") from exc
-        try:
-            models = ModelsFile.model_validate(raw or {})
-        except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"]) or "<root>"
-            raise ModelConfigError(f"{path}: {where}: {first['msg']}") from exc
-        return cls(models, source=str(path))
+        return cls(load_yaml_model(path, ModelsFile, ModelConfigError, what="model list"), source=str(path))
 
     def retired(self, model: str) -> RetiredModel | None:
         return self._retired.get(model)
