@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
-from tests.support.serve import ServeProcess, alive, free_port, poll_until, start_serve, worker_pids
+from tests.support.serve import ServeProcess, alive, free_ports, poll_until, start_serve, worker_pids
 
 from agent_runtime.engine.runtime import RuntimeEngine
 
@@ -66,8 +66,9 @@ async def run_text(server: ServeProcess, user: User, text: str) -> list[dict[str
 @pytest.fixture(scope="module")
 async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Workers]:
     workdir = tmp_path_factory.mktemp("workers")
-    metrics_port = free_port()
     async with DeepSeekStub(api_key=STUB_API_KEY, responder=respond) as stub:
+        # Chosen once the stub holds its port: a port released by the probe can be the next one handed out.
+        metrics_port = free_ports(2)
         env = {
             "WORKERS": "2",
             "METRICS_PORT": str(metrics_port),

@@ -29,6 +29,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive ports that are free now (METRICS_PORT + i for each worker)."""
+    while True:
+        base = free_port()
+        probes: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                probe = socket.socket()
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+        return base
+
+
 @dataclass
 class ServeProcess:
     name: str
