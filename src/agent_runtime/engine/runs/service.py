@@ -65,8 +65,7 @@ from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# How long a stopped run waits for its cancelled model calls to end (they record what they were billed) before
-# its end is written; a cancelled call ends at its next await, so this is a bound, not a wait.
+# A stopped run's wait for its cancelled model calls (they record what they were billed): a bound, not a delay.
 SETTLE_SECONDS = 1.0
 
 
