@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 # The one module the zygote loads from the tree; mutants.py keeps mutants out of it.
-CREWAI_ENV = Path("src/agent_runtime/engine/flow/crewai_env.py")
+CREWAI_ENV = Path("src/agent_runtime/engine/flow/crewai/env.py")
 PRELOADED = (
     *("litellm", "pytest", "schemathesis", "hypothesis", "fastapi", "asyncpg", "uvicorn", "httpx", "aiohttp"),
     *("prometheus_client", "jwt", "yaml"),

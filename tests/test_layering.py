@@ -27,6 +27,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.messages", "engine.sessions"),
     ("engine.memory", "engine.usage"),
     ("engine.flow",),
+    # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
+    # and the AG-UI edge; `engine.runs` itself (service, job, warm-up) composes them.
+    ("engine.runs.events",),
+    ("engine.runs.request", "engine.runs.lease"),
+    ("engine.runs.gateway",),
+    ("engine.runs.turn", "engine.runs.agui"),
     ("engine.runs",),
     ("engine.runtime",),
     ("api", "preflight"),
@@ -100,6 +106,8 @@ def test_every_import_points_down() -> None:
 def test_every_engine_package_has_its_own_layer() -> None:
     packages = {p.name for p in (PACKAGE / "engine").iterdir() if (p / "__init__.py").exists()}
     assert {f"engine.{name}" for name in packages} <= LAYER_OF.keys()
+    rooms = {p.name for p in (PACKAGE / "engine" / "runs").iterdir() if (p / "__init__.py").exists()}
+    assert {f"engine.runs.{name}" for name in rooms} <= LAYER_OF.keys()
 
 
 def test_an_upward_or_sideways_import_is_reported() -> None:

@@ -302,7 +302,7 @@ class Conversation:
 
 async def run_turn(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> None:
     from agent_runtime.engine.memory.messages import UserMessage
-    from agent_runtime.engine.runs.models import RunInput
+    from agent_runtime.engine.runs.request.models import RunInput
 
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
     # The run's stored log: each event is its AG-UI JSON (`data`); the last one is terminal.
@@ -441,7 +441,7 @@ class SharedCacheStub(PrefixCacheStub):
 def tools_only_where_callable() -> Any:
     """The other prompt layout: tools sent only with the calls that may call them."""
     from agent_runtime.engine.memory.summarizer import ModelSummarizer
-    from agent_runtime.engine.runs.gateway import RunGateway
+    from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
     gateway_request, summary_request = RunGateway.request, ModelSummarizer._request
 

@@ -4,8 +4,8 @@
 
 Paths compared (each in its own subprocess, so CrewAI's process-wide state cannot leak between them):
 - agent:      `Flow` + `Agent.kickoff_async(messages, response_format=Contract)` per stage, the flow driven
-              on the run service's bounded pools (`FlowDeps.threads`, `engine/flow/threads.py`) -- the
-              production module `engine/flow/crew_flow.py`.
+              on the run service's bounded pools (`FlowDeps.threads`, `engine/flow/crewai/threads.py`) -- the
+              production module `engine/flow/crewai/flow.py`.
 - agent-loop: the same flow driven on the app's event loop (`threads=None`).
 - crew:       `Flow` + `Crew.akickoff()` per stage with `Agent` + `Task(output_pydantic=Contract)`, the
               history rendered into the task text (a Task takes no message list), on the app's loop.
@@ -104,8 +104,8 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 async def _measure(path: str, runs: int, concurrency: int, latency: float, batches: int) -> dict[str, Any]:
-    from agent_runtime.engine.flow.crewai_env import load_crewai
-    from agent_runtime.engine.flow.threads import FlowThreads
+    from agent_runtime.engine.flow.crewai.env import load_crewai
+    from agent_runtime.engine.flow.crewai.threads import FlowThreads
 
     data_dir = Path(tempfile.mkdtemp(prefix="crewai-bench-"))
     atexit.register(shutil.rmtree, data_dir, ignore_errors=True)
@@ -175,7 +175,7 @@ async def _loop_lag(
 
 
 def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]]:
-    from agent_runtime.engine.flow.crew_flow import FlowDeps, build_state, run_agent_flow
+    from agent_runtime.engine.flow.crewai.flow import FlowDeps, build_state, run_agent_flow
     from agent_runtime.engine.flow.prompt import build_global_system_prompt
     from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
     from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext
@@ -254,8 +254,8 @@ def _crew_flow_class() -> Any:
     from crewai.flow.flow import listen, router, start
 
     from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
-    from agent_runtime.engine.flow.crew_flow import AgentFlow
-    from agent_runtime.engine.flow.crew_llm import DelegatingLLM
+    from agent_runtime.engine.flow.crewai.flow import AgentFlow
+    from agent_runtime.engine.flow.crewai.llm import DelegatingLLM
     from agent_runtime.engine.flow.prompt import build_stage_prompt_payload
     from agent_runtime.engine.flow.templates import ExecutionVariables, IntentVariables, OrganizationVariables
 

@@ -197,7 +197,7 @@ class RunSample:
 async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> RunSample:
     """One run from `start()` to its terminal event; checks it took the scripted route (model calls, tool)."""
     from agent_runtime.engine.memory.messages import UserMessage
-    from agent_runtime.engine.runs.models import RunInput
+    from agent_runtime.engine.runs.request.models import RunInput
 
     cpu0, loop0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
@@ -349,17 +349,17 @@ async def concurrent(
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
     ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
-    ("agent_runtime.engine.flow.crew_flow", None, "run_agent_flow", "run_agent_flow (all stages)"),
+    ("agent_runtime.engine.flow.crewai.flow", None, "run_agent_flow", "run_agent_flow (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete", "flow > LLMClient.complete"),
-    ("agent_runtime.engine.runs.recorder", "RunRecorder", "tool_calls", "flow > RunRecorder.tool_calls"),
+    ("agent_runtime.engine.runs.gateway.recorder", "RunRecorder", "tool_calls", "flow > RunRecorder.tool_calls"),
     (
-        "agent_runtime.engine.runs.recorder",
+        "agent_runtime.engine.runs.gateway.recorder",
         "RunRecorder",
         "flush_tool_results",
         "flow > RunRecorder.flush_tool_results",
     ),
-    ("agent_runtime.engine.runs.store", "RunStore", "finish", "RunStore.finish"),
+    ("agent_runtime.engine.runs.lease.store", "RunStore", "finish", "RunStore.finish"),
 )
 
 

@@ -71,8 +71,8 @@ class _Replay:
 
 
 async def _variants(base_url: str, session: aiohttp.ClientSession) -> dict[str, Call]:
-    from agent_runtime.engine.litellm_import import load_litellm
     from agent_runtime.engine.llm import LLMClient, LLMRequest, WireMessage
+    from agent_runtime.engine.llm.litellm_import import load_litellm
     from agent_runtime.settings import Settings
 
     litellm = load_litellm()

@@ -476,7 +476,7 @@ async def lost_update_demo(pool: asyncpg.Pool, policy: WindowPolicy) -> list[Dem
 
 async def litellm_line(ours: OurMemory, turns: int) -> str:
     """ours at 500 messages, the window counted with LiteLLM's tokenizer for MODEL (offline)."""
-    from agent_runtime.engine.litellm_import import load_litellm
+    from agent_runtime.engine.llm.litellm_import import load_litellm
 
     started = time.perf_counter()
     load_litellm()

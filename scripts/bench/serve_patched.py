@@ -23,9 +23,9 @@ import asyncpg
 from prometheus_client import Counter
 
 from agent_runtime import cli
-from agent_runtime.engine.runs.event_log import EventBatch
-from agent_runtime.engine.runs.event_store import EventStore
-from agent_runtime.engine.runs.store import RunStore
+from agent_runtime.engine.runs.events.log import EventBatch
+from agent_runtime.engine.runs.events.store import EventStore
+from agent_runtime.engine.runs.lease.store import RunStore
 
 STATEMENTS = Counter("bench_sql_statements", "SQL statements sent, by kind (benchmark probe).", ["kind"])
 # The lease keeper's statements first: the sweep and the log repair insert into agent_run_events too.

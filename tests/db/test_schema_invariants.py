@@ -20,7 +20,7 @@ from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.runs.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
 from agent_runtime.engine.sessions.repository import INSERT_SQL

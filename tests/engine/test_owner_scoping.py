@@ -23,8 +23,8 @@ from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, User
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileUpdate
-from agent_runtime.engine.runs.pending import PendingStore
-from agent_runtime.engine.runs.store import RunEndRequest
+from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.request.pending import PendingStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionUpdate
 

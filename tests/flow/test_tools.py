@@ -198,7 +198,7 @@ async def test_an_unexpected_exception_is_reported_without_its_details() -> None
 
 
 def test_builtin_registry_names() -> None:
-    # The whole schema the model gets for each tool is asserted where it is built: tests/flow/test_crew_flow.py.
+    # The whole schema the model gets for each tool is asserted where it is built: tests/flow/crewai/test_crew_flow.py.
     assert BUILTIN_TOOLS.names() == ["current_time", "calculator"]
 
 

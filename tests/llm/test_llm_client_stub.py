@@ -165,7 +165,7 @@ async def test_complete_with_stream_flag_streams_on_the_wire(stub: DeepSeekStub,
 async def test_litellms_placeholder_warning_for_answers_without_reasoning_is_filtered(
     stub: DeepSeekStub, make_client: MakeClient
 ) -> None:
-    """Pins `litellm._logging.verbose_logger` (engine/litellm_import.py): with thinking on, LiteLLM warns once per
+    """Pins `litellm._logging.verbose_logger` (engine/llm/litellm_import.py): with thinking on, LiteLLM warns once per
     history answer that has no reasoning (answers without tool calls never do) and sends a placeholder; the
     warning is not actionable and would flood the logs."""
     from litellm._logging import verbose_logger

@@ -9,7 +9,6 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm import (
     LLMAuthError,
     LLMBadRequestError,
@@ -21,6 +20,7 @@ from agent_runtime.engine.llm import (
     LLMTimeoutError,
 )
 from agent_runtime.engine.llm.errors import map_exception, parse_retry_after, scrub
+from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.retry import RetryPolicy
 
 

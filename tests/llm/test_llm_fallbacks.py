@@ -11,10 +11,10 @@ import pytest
 from tests.llm.conftest import stub_settings
 from tests.stubs.deepseek_stub import DeepSeekStub, StubFault, StubReply
 
-from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm import LLMClient, LLMRequest, LLMServerError, WireMessage
 from agent_runtime.engine.llm.catalog import FallbackTarget, ModelCatalog, ModelsFile
 from agent_runtime.engine.llm.errors import LLMUnavailableError
+from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import UnfinishedCall
 from agent_runtime.observability.metrics import MODEL_FALLBACKS
 

@@ -9,9 +9,9 @@ import pytest
 from tests.llm.conftest import MakeClient, stub_settings
 from tests.stubs.deepseek_stub import DeepSeekStub, StubReply, StubToolCall, StubUsage
 
-from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm import LLMClient, LLMRequest, WireMessage
 from agent_runtime.engine.llm.call_builder import CallBuilder
+from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.settings import Settings
 
 HELLO_REQUEST = LLMRequest(messages=[WireMessage(role="user", content="hello")], thinking=False)

@@ -6,7 +6,7 @@ import ag_ui.core as agui
 import pytest
 from pydantic import TypeAdapter
 
-from agent_runtime.engine.litellm_import import load_litellm
+from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.memory import (
     AssistantMessage,
     ChatMessage,

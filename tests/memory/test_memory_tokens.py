@@ -5,9 +5,10 @@ import logging
 import pytest
 from tests.memory.factories import calls, ids, reply, result, sys_, user
 
-from agent_runtime.engine.litellm_import import load_litellm
+from agent_runtime.engine.llm.litellm_import import load_litellm
+from agent_runtime.engine.llm.tokenizer import TokenizerInfo, tokenizer_info
 from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, litellm_token_counter, to_wire
-from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenizerInfo, tokenizer_info
+from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter
 
 MODEL = "deepseek/deepseek-flash"
 CONVERSATION: list[ChatMessage] = [

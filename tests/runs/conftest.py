@@ -48,7 +48,7 @@ PRICE_OUTPUT = Decimal("8")
 # How a billed row says what it was charged at (its price list entry and tier), and a row that bills nothing.
 PEAK_PRICE = {"price_tier": "peak", "price_effective_from": "2026-12-01T00:00:00Z"}
 NO_PRICE = {"price_tier": None, "price_effective_from": None}
-# The repair turn's first words (engine/flow/wire.py).
+# The repair turn's first words (engine/flow/crewai/wire.py).
 REPAIR_START = "Your previous answer could not be used"
 
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import User
 from tests.runs.conftest import SHORT_WINDOW, Harness, MakeHarness, intent_direct, text_messages, types
 
-from agent_runtime.engine.runs.models import MAX_MESSAGE_CHARS
+from agent_runtime.engine.runs.request.models import MAX_MESSAGE_CHARS
 
 
 def _agui(thread_id: str, content: str = "hello") -> dict[str, Any]:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import pytest
 from tests.conftest import User
+from tests.runs.agui.test_runs_agui import run_input, user_message
 from tests.runs.conftest import Harness, intent_direct, types
-from tests.runs.test_runs_agui import run_input, user_message
 
 NUL_DETAIL = "must not contain NUL (U+0000)"
 

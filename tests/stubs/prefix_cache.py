@@ -63,8 +63,8 @@ from tests.stubs.deepseek_stub import (
 
 BYTES_PER_TOKEN = 4
 DEFAULT_INTERVAL_TOKENS = 1024
-# The names tests/runs/test_runs_prefix_cache.py imports (from the old 64-token-unit model). With fixed intervals a
-# prefix shared with an earlier request still hits at least its whole intervals, which is what that test checks.
+# The names tests/runs/gateway/test_runs_prefix_cache.py imports (from the old 64-token-unit model). With fixed
+# intervals a prefix shared with an earlier request still hits at least its whole intervals, which that test checks.
 UNIT_TOKENS = DEFAULT_INTERVAL_TOKENS
 UNIT_BYTES = UNIT_TOKENS * BYTES_PER_TOKEN
 # Bytes compared at a time when looking for where two prompts part (then bisected within the chunk).

@@ -7,7 +7,7 @@ named after the route template) > `invoke_agent run` > one `stage <name>` per fl
 per model call (GenAI semantic conventions) and `execute_tool <name>` per tool call; SQL statements are
 spans under whatever is current when they run.
 
-CrewAI's own telemetry stays off through `CREWAI_DISABLE_TELEMETRY` (engine/flow/crewai_env.py), not
+CrewAI's own telemetry stays off through `CREWAI_DISABLE_TELEMETRY` (engine/flow/crewai/env.py), not
 through `OTEL_SDK_DISABLED`, which would also turn this SDK into a no-op.
 """
 

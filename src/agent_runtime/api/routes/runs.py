@@ -11,17 +11,17 @@ from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
-from agent_runtime.engine.runs.agui_input import AguiRunInput
-from agent_runtime.engine.runs.event_log import LoggedEvent
+from agent_runtime.engine.runs.agui.input import AguiRunInput
+from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
-from agent_runtime.engine.runs.models import (
+from agent_runtime.engine.runs.lease.store import RunSummary
+from agent_runtime.engine.runs.request.models import (
     LAST_EVENT_ID_PATTERN,
     RunCancel,
     RunInput,
     RunRequest,
     parse_last_event_id,
 )
-from agent_runtime.engine.runs.store import RunSummary
 from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1", tags=["runs"])

@@ -15,7 +15,6 @@ from typing import Any
 from agent_runtime.engine.billing.cost import CostCalculator
 from agent_runtime.engine.billing.models import LLMUsage
 from agent_runtime.engine.billing.pricing import PricingTable
-from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.errors import (
@@ -27,6 +26,7 @@ from agent_runtime.engine.llm.errors import (
     map_exception,
 )
 from agent_runtime.engine.llm.fallbacks import FallbackAnswer, FallbackChains
+from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, UnfinishedCall
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy

@@ -20,7 +20,7 @@ from agent_runtime.engine.llm.models import ToolSchema, WireFunctionCall, WireMe
 DEMO_PREFIX = "[demo model]"
 # How the flow starts a stage's request (engine/flow/prompt.py; llm must not import flow).
 STAGE_REQUEST_PREFIX = "Stage: "
-# How the flow's repair turns start (engine/flow/wire.py).
+# How the flow's repair turns start (engine/flow/crewai/wire.py).
 REPAIR_PREFIX = "Your previous answer could not be used"
 STAGE_CONTRACT_OF = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
 STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie

@@ -17,7 +17,7 @@ import aiohttp
 import httpx
 
 from agent_runtime.engine.errors import UpstreamError
-from agent_runtime.engine.litellm_import import load_litellm
+from agent_runtime.engine.llm.litellm_import import load_litellm
 
 _KEY_LIKE = re.compile(r"\b(sk|key)-[A-Za-z0-9_\-]{6,}")
 _MAX_PROVIDER_MESSAGE = 1000

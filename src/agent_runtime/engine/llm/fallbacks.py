@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_runtime.engine.litellm_import import load_litellm
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget, litellm_model_id
 from agent_runtime.engine.llm.catalog import ModelCatalog
+from agent_runtime.engine.llm.litellm_import import load_litellm
 
 # Keys of the primary's call that describe its deployment, or LiteLLM's own retries: the Router supplies both.
 _DEPLOYMENT_KEYS = frozenset({"model", "api_key", "api_base", "num_retries"})

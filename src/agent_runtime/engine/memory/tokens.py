@@ -1,9 +1,5 @@
-"""Offline token counting for the window's token budget, through LiteLLM's tokenizer for the model.
-
-Which tokenizer: LiteLLM's `select_tokenizer`. For DeepSeek models it is DeepSeek's own (a HuggingFace
-tokenizer file LiteLLM ships, so offline), likewise for Claude, Llama and Command R; for OpenAI models tiktoken
-is theirs. Any other model falls back to tiktoken, which only approximates: the first counter for such a
-model says so in a warning (`tokenizer_info` tells which is used, and whether it is the model's own).
+"""Offline token counting for the window's token budget, through LiteLLM's tokenizer for the model
+(engine/llm/tokenizer.py: which one; the first counter of a model without its own says so in a warning).
 
 Per message: LiteLLM counts a list of messages as OpenAI does, content plus 3-4 framing tokens per message
 plus 3 for the reply's priming, once per call. Counting one message at a time would add those 3 to every
@@ -24,9 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 
-from pydantic import BaseModel, Field
-
-from agent_runtime.engine.litellm_import import load_litellm
+from agent_runtime.engine.llm.tokenizer import count_tokens, tokenizer_info
 from agent_runtime.engine.memory.convert import to_wire
 from agent_runtime.engine.memory.messages import ChatMessage
 
@@ -39,28 +33,6 @@ _CACHE_SIZE = 32_768
 _PRIMING = 3
 
 logger = logging.getLogger(__name__)
-
-
-class TokenizerInfo(BaseModel):
-    model: str
-    tokenizer: str = Field(description="What counts the tokens, e.g. `deepseek (HuggingFace, bundled with LiteLLM)`.")
-    exact: bool = Field(description="The model's own tokenizer; False: an approximation (tiktoken fallback).")
-
-
-def tokenizer_info(model: str) -> TokenizerInfo:
-    """Which tokenizer LiteLLM counts `model`'s tokens with, and whether it is the model's own."""
-    litellm = load_litellm()
-    from litellm.utils import select_tokenizer
-
-    selected = select_tokenizer(model=model)
-    if selected["type"] == "huggingface_tokenizer":
-        kind = getattr(litellm.utils, "huggingface_tokenizer_kind", lambda _: None)(model) or "model"
-        return TokenizerInfo(model=model, tokenizer=f"{kind} (HuggingFace, bundled with LiteLLM)", exact=True)
-    try:
-        provider = litellm.get_llm_provider(model)[1]
-    except Exception:  # LiteLLM raises a plain exception for a provider it does not know (e.g. demo/)
-        provider = None
-    return TokenizerInfo(model=model, tokenizer="tiktoken", exact=provider in ("openai", "azure"))
 
 
 class LiteLLMTokenCounter:
@@ -92,7 +64,7 @@ class LiteLLMTokenCounter:
             if key in self._counts:
                 self._counts.move_to_end(key)
                 return self._counts[key]
-        count = int(load_litellm().token_counter(model=self.model, messages=[wire])) - _PRIMING
+        count = count_tokens(self.model, [wire]) - _PRIMING
         with self._lock:
             self._counts[key] = count
             if len(self._counts) > _CACHE_SIZE:

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 from uuid import UUID, uuid4
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.runs.agui_mapper import AguiStream
-from agent_runtime.engine.runs.event_log import RunEventLog
-from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.finish import RunFailure
-from agent_runtime.engine.runs.store import HeldRun, StartedRun
-from agent_runtime.engine.runs.turn_plan import TurnPlan
-from agent_runtime.engine.runs.turn_runner import TurnJob
+from agent_runtime.engine.runs.agui.mapper import AguiStream
+from agent_runtime.engine.runs.events.emitter import RunEvents
+from agent_runtime.engine.runs.events.log import RunEventLog
+from agent_runtime.engine.runs.lease.finish import RunFailure
+from agent_runtime.engine.runs.lease.store import HeldRun, StartedRun
+from agent_runtime.engine.runs.request.plan import TurnPlan
+from agent_runtime.engine.runs.turn.runner import TurnJob
 
 if TYPE_CHECKING:
-    from agent_runtime.engine.runs.gateway import RunGateway
+    from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
 
 @dataclass(frozen=True)

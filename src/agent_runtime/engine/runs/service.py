@@ -29,9 +29,9 @@ from ag_ui.core import RunAgentInput
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
-from agent_runtime.engine.flow.crewai_env import configure_crewai_env
+from agent_runtime.engine.flow.crewai.env import configure_crewai_env
+from agent_runtime.engine.flow.crewai.threads import FlowThreads
 from agent_runtime.engine.flow.templates import FlowTemplates
-from agent_runtime.engine.flow.threads import FlowThreads
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
@@ -41,24 +41,29 @@ from agent_runtime.engine.memory.tokens import litellm_token_counter
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
-from agent_runtime.engine.runs.admission import Admission
-from agent_runtime.engine.runs.agui_input import read_agui_input
-from agent_runtime.engine.runs.agui_mapper import AguiStream
-from agent_runtime.engine.runs.event_hub import RunEventHub, run_not_found
-from agent_runtime.engine.runs.event_log import LoggedEvent
-from agent_runtime.engine.runs.event_store import EventStore
-from agent_runtime.engine.runs.events import RunEvents
-from agent_runtime.engine.runs.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.agui.input import read_agui_input
+from agent_runtime.engine.runs.agui.mapper import AguiStream
+from agent_runtime.engine.runs.events.emitter import RunEvents
+from agent_runtime.engine.runs.events.hub import RunEventHub, run_not_found
+from agent_runtime.engine.runs.events.log import LoggedEvent
+from agent_runtime.engine.runs.events.state import RunStateTracker
+from agent_runtime.engine.runs.events.store import EventStore
+from agent_runtime.engine.runs.gateway.recorder import RunRecorder
 from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
-from agent_runtime.engine.runs.leases import LeaseKeeper
-from agent_runtime.engine.runs.models import RunInput
-from agent_runtime.engine.runs.pending import PendingStore, SessionAguiState
-from agent_runtime.engine.runs.recorder import RunRecorder
-from agent_runtime.engine.runs.run_state import RunStateTracker
-from agent_runtime.engine.runs.store import RunEnd, RunIdTakenError, RunStore
-from agent_runtime.engine.runs.turn_input import TokenCounter, check_token_budget, message_token_limit, rows_to_store
-from agent_runtime.engine.runs.turn_plan import TurnPlan, plan_turn
-from agent_runtime.engine.runs.turn_runner import TurnJob, TurnResult, TurnRunner
+from agent_runtime.engine.runs.lease.admission import Admission
+from agent_runtime.engine.runs.lease.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.lease.keeper import LeaseKeeper
+from agent_runtime.engine.runs.lease.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.request.models import RunInput
+from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
+from agent_runtime.engine.runs.request.plan import TurnPlan, plan_turn
+from agent_runtime.engine.runs.request.turn_input import (
+    TokenCounter,
+    check_token_budget,
+    message_token_limit,
+    rows_to_store,
+)
+from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
@@ -226,7 +231,7 @@ class RunService:
                     await self._turns.snapshots(job.turn)
                     await asyncio.shield(self.ensure_warm())
                     # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
-                    from agent_runtime.engine.runs.gateway import RunGateway
+                    from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
                     frontend = job.turn.run_input.frontend_tools
                     job.gateway = RunGateway(

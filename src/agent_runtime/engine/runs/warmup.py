@@ -66,13 +66,13 @@ class Warmup:
     async def _warm_up(self) -> None:
         """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
         (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai_env import load_crewai
+        from agent_runtime.engine.flow.crewai.env import load_crewai
 
         # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
         # work that neither library offers an async way to do; a thread keeps the loop serving requests
         # meanwhile (the import lock makes a concurrent first run simply wait).
         await _in_daemon_thread(lambda: load_crewai(self._settings.data_dir))
-        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crew_flow"))
+        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crewai.flow"))
         await _in_daemon_thread(self.client)
         # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
         # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at

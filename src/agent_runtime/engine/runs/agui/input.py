@@ -1,0 +1,205 @@
+"""AG-UI `RunAgentInput` into our run input. The server's stored history is the truth:
+
+- a message already stored (matched by id) is never changed, whatever the client's copy says;
+- of the others, only user messages (a new turn) and tool messages answering a frontend tool call still
+  pending on the thread are taken; system, developer, assistant, reasoning and activity messages, and tool
+  messages that answer nothing pending, are neither stored nor shown to the model, and the run says so
+  (`RunInput.ignored`: a CUSTOM `input_ignored` event and a log line with the request id);
+- every text anywhere in the input (ids, contents, tool calls, context, tools, state, resume...) must be
+  storable: NUL or a lone surrogate is a 422 naming the field, before anything is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Set
+from uuid import UUID
+
+import ag_ui.core as agui
+from pydantic import BaseModel, Field, JsonValue, ValidationError
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
+from agent_runtime.engine.memory.convert import from_agui
+from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
+from agent_runtime.engine.runs.events.state import RUN_STATE_KEY
+from agent_runtime.engine.runs.request.frontend_tools import frontend_tools
+from agent_runtime.engine.runs.request.models import (
+    MAX_CONTEXT_ITEMS,
+    MAX_MESSAGE_CHARS,
+    MAX_NEW_MESSAGES,
+    MAX_RESUME_ENTRIES,
+    ContextItem,
+    IgnoredMessage,
+    ResumeDecision,
+    RunInput,
+)
+from agent_runtime.engine.runs.request.pending import PendingStore, PendingTurn, SessionAguiState
+from agent_runtime.engine.text import ERROR_TYPE, first_unstorable
+from agent_runtime.logging_setup import request_id_var
+
+log = logging.getLogger(__name__)
+
+# The client's AG-UI state is data kept on the session; 16 KiB holds a UI's selections and drafts.
+MAX_CLIENT_STATE_BYTES = 16_384
+
+_IGNORED_ROLES = {
+    "system": "system instructions come from the server only",
+    "developer": "developer instructions come from the server only",
+    "assistant": "assistant messages are written by the server only",
+    "reasoning": "reasoning is written by the server only",
+    "activity": "activity messages are not part of the conversation",
+}
+
+
+def _invalid(message: str, loc: list[str | int], msg: str) -> ValidationFailedError:
+    return ValidationFailedError(message, details=[ErrorDetail(loc=loc, msg=msg)])
+
+
+class AguiRunInput(agui.RunAgentInput):
+    """ag-ui-protocol's `RunAgentInput`, with `threadId` documented as what it must be here: a session's UUID.
+    The type stays `str` (the protocol's), so that the check below answers with its own message."""
+
+    thread_id: str = Field(json_schema_extra={"format": "uuid"})
+
+
+def thread_session_id(agui_input: agui.RunAgentInput) -> UUID:
+    try:
+        return UUID(agui_input.thread_id)
+    except ValueError as exc:
+        raise _invalid(
+            "threadId must be a session UUID", ["body", "threadId"], "must be a UUID (the session id)"
+        ) from exc
+
+
+def check_agui_input(agui_input: agui.RunAgentInput) -> None:
+    """What needs no database: storable text everywhere, unique message ids, bounded lists."""
+    found = first_unstorable(agui_input.model_dump(by_alias=True), ["body"])
+    if found is not None:
+        raise ValidationFailedError(
+            "invalid text", details=[ErrorDetail(loc=found.loc, msg=found.problem, type=ERROR_TYPE)]
+        )
+    seen: set[str] = set()
+    for index, message in enumerate(agui_input.messages):
+        if message.id in seen:
+            raise _invalid("duplicate message id", ["body", "messages", index, "id"], f"{message.id!r} is repeated")
+        seen.add(message.id)
+    if len(agui_input.resume or []) > MAX_RESUME_ENTRIES:
+        raise _invalid("too many resume entries", ["body", "resume"], f"at most {MAX_RESUME_ENTRIES}")
+
+
+def _client_state(state: object) -> dict[str, JsonValue] | None:
+    if state is None:
+        return None
+    if not isinstance(state, dict):
+        raise _invalid("invalid state", ["body", "state"], "must be a JSON object")
+    kept = {key: value for key, value in state.items() if key != RUN_STATE_KEY}
+    if len(json.dumps(kept, ensure_ascii=False).encode()) > MAX_CLIENT_STATE_BYTES:
+        raise _invalid("state too large", ["body", "state"], f"must be at most {MAX_CLIENT_STATE_BYTES} bytes of JSON")
+    return kept
+
+
+def _user_message(index: int, message: agui.UserMessage) -> UserMessage:
+    converted = from_agui(message)
+    assert isinstance(converted, UserMessage)
+    if not 1 <= len(converted.content) <= MAX_MESSAGE_CHARS:
+        loc: list[str | int] = ["body", "messages", index, "content"]
+        raise _invalid("invalid user message", loc, f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters")
+    return converted
+
+
+def _tool_result(index: int, message: agui.ToolMessage) -> ToolMessage:
+    converted = from_agui(message)
+    assert isinstance(converted, ToolMessage)
+    if len(converted.content) > MAX_MESSAGE_CHARS:
+        loc: list[str | int] = ["body", "messages", index, "content"]
+        raise _invalid("invalid tool result", loc, f"a tool result must have at most {MAX_MESSAGE_CHARS} characters")
+    return converted
+
+
+def _resume(entries: list[agui.ResumeEntry] | None) -> list[ResumeDecision]:
+    decisions = []
+    for index, entry in enumerate(entries or []):
+        try:
+            decisions.append(
+                ResumeDecision(interrupt_id=entry.interrupt_id, status=entry.status, payload=entry.payload)
+            )
+        except ValidationError as exc:
+            raise _invalid("invalid resume entry", ["body", "resume", index], str(exc.errors()[0]["msg"])) from None
+    return decisions
+
+
+def run_input_from_agui(
+    agui_input: agui.RunAgentInput, *, stored_ids: Set[str], pending: PendingTurn | None, server_tools: Collection[str]
+) -> RunInput:
+    """What the run takes from the input, given the thread's stored message ids and pending turn."""
+    waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
+    new: list[UserMessage] = []
+    results: list[ToolMessage] = []
+    ignored: list[IgnoredMessage] = []
+    for index, message in enumerate(agui_input.messages):
+        if message.id in stored_ids:
+            continue
+        if isinstance(message, agui.UserMessage):
+            new.append(_user_message(index, message))
+        elif isinstance(message, agui.ToolMessage) and message.tool_call_id in waiting:
+            waiting.discard(message.tool_call_id)
+            results.append(_tool_result(index, message))
+        else:
+            reason = _IGNORED_ROLES.get(message.role, "answers no pending tool call")
+            ignored.append(IgnoredMessage(id=message.id, role=message.role, reason=reason))
+    if len(new) > MAX_NEW_MESSAGES:
+        raise _invalid("too many new messages", ["body", "messages"], f"at most {MAX_NEW_MESSAGES} new user messages")
+    resume = _resume(agui_input.resume)
+    if not new and not results and not resume:
+        raise _invalid(
+            "no new user message to run on",
+            ["body", "messages"],
+            "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
+        )
+    context = [ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []]
+    try:
+        client_run_id: UUID | None = UUID(agui_input.run_id)
+    except ValueError:
+        client_run_id = None
+    return RunInput(
+        new_messages=new,
+        tool_results=results,
+        resume=resume,
+        context=context[:MAX_CONTEXT_ITEMS],
+        frontend_tools=frontend_tools(agui_input.tools, server_tools),
+        client_state=_client_state(agui_input.state),
+        ignored=ignored,
+        run_id=client_run_id,
+    )
+
+
+class AguiRequest(BaseModel):
+    session_id: UUID
+    run_input: RunInput
+    thread: SessionAguiState
+
+
+async def read_agui_input(
+    ctx: RequestContext, agui_input: agui.RunAgentInput, pending: PendingStore, *, server_tools: Collection[str]
+) -> AguiRequest:
+    """Check the input, read the thread (its pending turn and which of the input's ids it stores, in one
+    read; 404 when it is not the caller's session), and take from the input what the run may."""
+    check_agui_input(agui_input)
+    session_id = thread_session_id(agui_input)
+    thread = await pending.load(ctx, session_id, [m.id for m in agui_input.messages])
+    run_input = run_input_from_agui(
+        agui_input, stored_ids=thread.stored_ids, pending=thread.pending, server_tools=server_tools
+    )
+    if run_input.ignored:
+        # Named explicitly: ops match this line to the response's X-Request-ID.
+        log.warning(
+            "client messages ignored",
+            extra={
+                "request_id": request_id_var.get(),
+                "session_id": str(session_id),
+                "ignored": [m.model_dump() for m in run_input.ignored],
+            },
+        )
+    return AguiRequest(session_id=session_id, run_input=run_input, thread=thread)

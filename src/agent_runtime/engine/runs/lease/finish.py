@@ -1,0 +1,123 @@
+"""How a run ends: the failure it reports, and the write that records its end whatever happens meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import asyncpg
+from pydantic import JsonValue
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import AppError
+from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.lease.store import RunEnd, RunEndRequest, RunStore, StartedRun
+
+log = logging.getLogger(__name__)
+
+# Errors of a database that is restarting, failing over or overloaded: worth another try. Anything else
+# (a constraint violation, a deleted session) would fail the same way again.
+_TRANSIENT_DB_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+)
+_FIRST_RETRY_SECONDS = 0.05
+_MAX_RETRY_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class RunFailure:
+    """What a failed run's RUN_ERROR says (`code`, `message`); the same code is stored on the run row."""
+
+    code: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> RunFailure:
+        if isinstance(exc, AppError):
+            return cls(exc.code, exc.message)
+        if isinstance(exc, TimeoutError):
+            return cls("run_timeout", "the run took longer than RUN_TIMEOUT_SECONDS")
+        if isinstance(exc, asyncio.CancelledError):
+            return cls("run_cancelled", "the run was cancelled")
+        # Never str(exc) to clients: it may carry internals; the log has the traceback under error_id.
+        return cls("internal_error", "the run failed unexpectedly")
+
+
+# The user's cancel (POST .../cancel): not a failure; the run ends with RUN_FINISHED outcome `cancelled`.
+CANCELLED = RunFailure("run_cancelled", "the run was cancelled by its user")
+
+
+class RunEnding:
+    """Records a run's end (`RunStore.finish`): retried with backoff on transient database errors for up to
+    `deadline_seconds` (the lease: past it, the sweep records the run as lost anyway), and never torn by a
+    cancellation of the run's task."""
+
+    def __init__(self, store: RunStore, *, deadline_seconds: float) -> None:
+        self._store = store
+        self._deadline = deadline_seconds
+
+    async def record(
+        self,
+        ctx: RequestContext,
+        started: StartedRun,
+        outcome: Literal["completed", "failed"],
+        rows: list[NewMessage],
+        *,
+        error_code: str | None = None,
+        error_id: str | None = None,
+        run_status: Literal["completed", "failed", "cancelled"] | None = None,
+        waiting: dict[str, JsonValue] | None = None,
+    ) -> RunEnd | None:
+        """The end as written, or None when it could not be (logged; the lease is the backstop)."""
+        request = RunEndRequest(
+            outcome=outcome,
+            rows=rows,
+            error_code=error_code,
+            error_id=error_id,
+            run_status=run_status or outcome,
+            waiting=waiting,
+        )
+        writing = asyncio.ensure_future(self._write(ctx, started, request))
+        cancelled = False
+        while True:
+            try:
+                end = await asyncio.shield(writing)
+                break
+            except asyncio.CancelledError:
+                if writing.cancelled():
+                    raise
+                # A cancel (shutdown, a lost lease) arriving now must not leave a half-recorded run: the write
+                # goes on, and the caller still sends the terminal event it decides on.
+                cancelled = True
+        task = asyncio.current_task()
+        if cancelled and task is not None:
+            task.uncancel()
+        return end
+
+    async def _write(self, ctx: RequestContext, started: StartedRun, end: RunEndRequest) -> RunEnd | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._deadline
+        delay = _FIRST_RETRY_SECONDS
+        context = {"run_id": str(started.run_id), "session_id": str(started.session.id), "outcome": end.run_status}
+        while True:
+            try:
+                return await self._store.finish(ctx, started, end)
+            except _TRANSIENT_DB_ERRORS:
+                if loop.time() + delay > deadline:
+                    log.error("could not record the run's end; the sweep will fail it", exc_info=True, extra=context)
+                    return None
+                log.warning("recording the run's end failed; retrying", exc_info=True, extra=context)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _MAX_RETRY_SECONDS)
+            except Exception:
+                log.exception("could not record the run's end", extra=context)
+                return None

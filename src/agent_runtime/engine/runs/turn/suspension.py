@@ -1,0 +1,71 @@
+"""A run that stops at a model reply asking for approval or frontend tools: the pending turn it leaves.
+
+Every call of that reply is recorded with its kind (the server's own tools of the same reply run when the
+turn goes on, with the approved ones); the interrupts name each approval call with its arguments and the
+JSON schema an edited version must match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+from uuid import uuid4
+
+from pydantic import BaseModel
+
+from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.flow.model_call import ToolCallsPending
+from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.engine.llm.models import LLMResponse
+from agent_runtime.engine.llm.repair import strip_code_fence
+from agent_runtime.engine.runs.events.types import PendingInterrupt
+from agent_runtime.engine.runs.request.pending import CallKind, PendingCall, PendingTurn
+
+
+class Suspension(BaseModel):
+    turn: PendingTurn
+    interrupts: list[PendingInterrupt]
+    pending_tool_call_ids: list[str]
+
+
+def _kind(name: str, approval: Collection[str], frontend: Collection[str]) -> CallKind:
+    if name in approval:
+        return "approval"
+    return "frontend" if name in frontend else "server"
+
+
+def intent_of(output: LLMResponse | None) -> IntentResult:
+    """The intent stage's accepted output, as the contract validated it."""
+    if output is None:
+        raise RuntimeError("a run stopped in the execution stage without an intent output")
+    return IntentResult.model_validate_json(strip_code_fence(output.content))
+
+
+def suspension(
+    stop: ToolCallsPending,
+    *,
+    run_id: str,
+    user_input: str,
+    intent: IntentResult,
+    approval: Collection[str],
+    frontend: Collection[str],
+    tools: Mapping[str, Tool[Any]],
+) -> Suspension:
+    calls = [
+        PendingCall(id=c.id, name=c.name, arguments=c.arguments, kind=_kind(c.name, approval, frontend))
+        for c in stop.calls
+    ]
+    turn = PendingTurn(id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, calls=calls)
+    interrupts = [
+        PendingInterrupt(
+            id=call.interrupt_id,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            arguments=call.arguments,
+            arguments_schema=tools[call.name].args_model.model_json_schema(),
+        )
+        for call in turn.of_kind("approval")
+    ]
+    return Suspension(
+        turn=turn, interrupts=interrupts, pending_tool_call_ids=[call.id for call in turn.of_kind("frontend")]
+    )

@@ -1,0 +1,62 @@
+"""CrewAI is touched only in `engine/flow/crewai/`, LiteLLM only in `engine/llm/`: each library has one boundary,
+where its private-API reaches are listed (PATCHES.md beside the code) and pinned by tests."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import agent_runtime
+
+PACKAGE = Path(agent_runtime.__file__).parent
+BOUNDARIES = {
+    "crewai": Path("engine/flow/crewai"),
+    "crewai_core": Path("engine/flow/crewai"),
+    "litellm": Path("engine/llm"),
+}
+
+
+def imported_libraries(source: str) -> set[str]:
+    """Top-level names of what `source` imports: `import x`, `from x import y`, and `importlib.import_module("x")`
+    or `__import__("x")` with a literal name."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                found.add(node.args[0].value.split(".")[0])
+    return found
+
+
+def crossings(source: str, path: Path) -> list[str]:
+    """`path` (relative to the package) imports a bounded library outside its boundary."""
+    return [
+        f"{path} imports {library} outside {boundary}/"
+        for library in sorted(imported_libraries(source) & BOUNDARIES.keys())
+        if not path.is_relative_to(boundary := BOUNDARIES[library])
+    ]
+
+
+def test_crewai_and_litellm_are_imported_only_inside_their_boundary() -> None:
+    sources = sorted(PACKAGE.rglob("*.py"))
+    assert len(sources) > 100
+    found = [problem for path in sources for problem in crossings(path.read_text("utf-8"), path.relative_to(PACKAGE))]
+    assert found == []
+
+
+def test_a_crossing_is_reported() -> None:
+    lazy = "def f():\n    from litellm.utils import select_tokenizer\n"
+    assert crossings(lazy, Path("engine/memory/tokens.py")) == [
+        "engine/memory/tokens.py imports litellm outside engine/llm/"
+    ]
+    dynamic = "import importlib\nimportlib.import_module('crewai.flow.flow')\n"
+    assert crossings(dynamic, Path("engine/runs/warmup.py")) == [
+        "engine/runs/warmup.py imports crewai outside engine/flow/crewai/"
+    ]
+    inside = "import crewai\nfrom crewai.tools import BaseTool\n"
+    assert crossings(inside, Path("engine/flow/crewai/tools.py")) == []
+    assert crossings("import litellm\n", Path("engine/llm/client.py")) == []
