@@ -4,6 +4,8 @@ where its private-API reaches are listed (PATCHES.md beside the code) and pinned
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import agent_runtime
@@ -60,3 +62,50 @@ def test_a_crossing_is_reported() -> None:
     inside = "import crewai\nfrom crewai.tools import BaseTool\n"
     assert crossings(inside, Path("engine/flow/crewai/tools.py")) == []
     assert crossings("import litellm\n", Path("engine/llm/client.py")) == []
+
+
+TESTS = Path(__file__).parent
+PATCH_TABLES = [PACKAGE / boundary / "PATCHES.md" for boundary in sorted(set(BOUNDARIES.values()))]
+
+
+def dangling_pins(table: str) -> list[str]:
+    """Tests a patch table names (`test_file.py` or `test_file.py::test_name`) that do not exist under tests/."""
+    missing = []
+    for reference in re.findall(r"`(test_[a-z0-9_]+\.py)(?:::([a-z0-9_]+))?`", table):
+        file_name, test_name = reference
+        files = list(TESTS.rglob(file_name))
+        if len(files) != 1:
+            missing.append(f"{file_name}::{test_name}" if test_name else file_name)
+        elif test_name and not re.search(rf"def {test_name}\(", files[0].read_text("utf-8")):
+            missing.append(f"{file_name}::{test_name}")
+    return missing
+
+
+def test_every_boundary_has_a_patch_table_whose_tests_exist() -> None:
+    for table in PATCH_TABLES:
+        text = table.read_text("utf-8")
+        rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+        assert rows, table
+        assert all("test_" in row for row in rows), table
+        assert dangling_pins(text) == [], table
+
+
+def test_a_pin_that_does_not_exist_is_reported() -> None:
+    table = "| 1 | x | y | `test_litellm_patches.py::test_no_such_test`, `test_no_such_file.py` | z |"
+    assert dangling_pins(table) == ["test_litellm_patches.py::test_no_such_test", "test_no_such_file.py"]
+
+
+def _locked_version(package: str) -> str:
+    lock = tomllib.loads((TESTS.parent / "uv.lock").read_text("utf-8"))
+    return next(p["version"] for p in lock["package"] if p["name"] == package)
+
+
+def test_each_patch_table_was_read_in_the_locked_version_that_pyproject_bounds() -> None:
+    project = tomllib.loads((TESTS.parent / "pyproject.toml").read_text("utf-8"))["project"]
+    requirements = {re.split(r"[<>=\[ ]", spec)[0]: spec for spec in project["dependencies"]}
+    for package, table in (("crewai", "engine/flow/crewai"), ("litellm", "engine/llm")):
+        version = _locked_version(package)
+        minor = ".".join(version.split(".")[:2])
+        upper = f"{minor.split('.')[0]}.{int(minor.split('.')[1]) + 1}"
+        assert requirements[package] == f"{package}>={version},<{upper}"
+        assert f"Read in {package} {version}" in (PACKAGE / table / "PATCHES.md").read_text("utf-8")
