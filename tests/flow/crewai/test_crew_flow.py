@@ -40,7 +40,7 @@ from agent_runtime.engine.flow.model_call import (  # noqa: E402
     ModelCall,
     ModelReply,
     StageOutputError,
-    ToolResultObserved,
+    StageToolResult,
 )
 from agent_runtime.engine.flow.prompt import build_global_system_prompt  # noqa: E402
 from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates  # noqa: E402
@@ -144,7 +144,7 @@ class RecordingCalculator(CalculatorTool):
 
 def deps_for(
     model: CallModel,
-    events: list[ToolResultObserved] | None = None,
+    events: list[StageToolResult] | None = None,
     *,
     tool_registry: ToolRegistry = TOOLS,
     max_json_retries: int = 2,
@@ -197,7 +197,7 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
             "organization": [reply(ORGANIZED)],
         }
     )
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
     deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]), runner=runner)
 
     state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
@@ -278,7 +278,9 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
     assert json.loads(tool_turn["content"]) == {"expression": "17 + 25", "result": "42"}
 
     assert events == [
-        ToolResultObserved(stage="execution", call_id="call_abc123", name="calculator", content=tool_turn["content"]),
+        StageToolResult(
+            stage="execution", call_id="call_abc123", name="calculator", content=tool_turn["content"], is_error=False
+        ),
     ]
 
     # Each call repeats the one before it and its answer, byte for byte, and adds its own request: the provider's
@@ -338,7 +340,7 @@ async def test_model_errors_reach_the_caller_unchanged() -> None:
 
 
 async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
-    async def one_run(index: int) -> tuple[FakeModel, list[ToolResultObserved], AgentFlowState]:
+    async def one_run(index: int) -> tuple[FakeModel, list[StageToolResult], AgentFlowState]:
         call = ToolCallSpec(id=f"call_{index}", name="calculator", arguments=f'{{"expression": "{index} + 1"}}')
         model = FakeModel(
             {
@@ -348,7 +350,7 @@ async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
             },
             delay=0.01,
         )
-        events: list[ToolResultObserved] = []
+        events: list[StageToolResult] = []
         state = await run_agent_flow(state_for(f"run {index}"), deps_for(model, events))
         return model, events, state
 
@@ -497,7 +499,7 @@ async def test_a_tool_call_in_a_repair_is_refused_and_never_run(then: str) -> No
             "organization": [reply(ORGANIZED)],
         }
     )
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
     deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]))
 
     if then == "answers":
@@ -626,14 +628,16 @@ async def test_a_bad_tool_call_gets_crewai_error_as_its_result_and_the_stage_goe
             "organization": [reply(ORGANIZED)],
         }
     )
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
 
     state = await run_agent_flow(state_for(), deps_for(model, events))
 
     assert state.execution == EXECUTED
     first, second = calls_of(model, "execution")
     assert second.messages == [*first.messages, *tool_turns(call, result)]
-    assert events == [ToolResultObserved(stage="execution", call_id="call_x", name=call.name, content=result)]
+    assert events == [
+        StageToolResult(stage="execution", call_id="call_x", name=call.name, content=result, is_error=False)
+    ]
 
 
 @pytest.mark.parametrize("arguments", ["[1, 2]", "42", "true"])
@@ -724,3 +728,61 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
         *continuation,
     ]
     assert organization.messages[: len(execution.messages)] == execution.messages
+
+
+class SlowFirstCalculator(CalculatorTool):
+    """The real calculator; the first expression it gets finishes after the second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finished: list[str] = []
+
+    async def execute(self, args: CalculatorArgs, ctx: UserAgentContext) -> BaseModel:
+        if not self.finished and args.expression == "1 / 0":
+            await asyncio.sleep(0.2)
+        try:
+            return await super().execute(args, ctx)
+        finally:
+            self.finished.append(args.expression)
+
+
+async def test_tool_results_are_handed_over_as_they_finish_in_the_models_call_order() -> None:
+    calculator = SlowFirstCalculator()
+    events: list[StageToolResult] = []
+    seen_by_the_follow_up: list[list[StageToolResult]] = []
+    first = ToolCallSpec(id="call_a", name="calculator", arguments='{"expression": "1 / 0"}')
+    second = ToolCallSpec(id="call_b", name="calculator", arguments='{"expression": "2 + 2"}')
+    scripted = FakeModel(
+        {
+            "intent": [reply(NEEDS)],
+            "execution": [ModelReply(tool_calls=[first, second]), reply(EXECUTED)],
+            "organization": [reply(ORGANIZED)],
+        }
+    )
+
+    async def model(request: ModelCall) -> ModelReply:
+        if request.stage == "execution" and len(scripted.calls) == 2:
+            seen_by_the_follow_up.append(list(events))
+        return await scripted(request)
+
+    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]))
+    await run_agent_flow(state_for("What is 1 / 0 and 2 + 2?"), deps)
+
+    failed = StageToolResult(
+        stage="execution",
+        call_id="call_a",
+        name="calculator",
+        content=json.dumps({"error": "division by zero"}),
+        is_error=True,
+    )
+    worked = StageToolResult(
+        stage="execution",
+        call_id="call_b",
+        name="calculator",
+        content=json.dumps({"expression": "2 + 2", "result": "4"}, separators=(",", ":")),
+        is_error=False,
+    )
+    assert calculator.finished == ["2 + 2", "1 / 0"]  # CrewAI ran the two calls in parallel
+    # Handed over by the tools themselves, before the model is called again, and in the order the model called.
+    assert seen_by_the_follow_up == [[failed, worked]]
+    assert events == [failed, worked]

@@ -36,7 +36,7 @@ from agent_runtime.engine.flow.model_call import (  # noqa: E402
     ModelReply,
     StageCancelledError,
     StageOutputError,
-    ToolResultObserved,
+    StageToolResult,
 )
 from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
 
@@ -67,7 +67,7 @@ def llm_for(
     call_model: Callable[[ModelCall], Awaitable[ModelReply]],
     *,
     output_model: type[BaseModel] | None = None,
-    events: list[ToolResultObserved] | None = None,
+    events: list[StageToolResult] | None = None,
     max_json_retries: int = 2,
 ) -> DelegatingLLM:
     return DelegatingLLM.for_stage(
@@ -139,7 +139,7 @@ async def test_a_string_prompt_is_one_user_message() -> None:
 
 
 async def test_tool_calls_go_back_to_crewai_in_openai_shape_and_are_observed_with_their_ids() -> None:
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
     call_model, calls = scripted(
         ModelReply(tool_calls=[ToolCallSpec(id="call_7", name="calculator", arguments='{"expression":"1+1"}')]),
         ModelReply(content='{"answer": "2", "score": 1}'),
@@ -168,15 +168,17 @@ async def test_tool_calls_go_back_to_crewai_in_openai_shape_and_are_observed_wit
     # A tool stage's final answer is validated here and goes back as JSON text (response_model was None).
     assert json.loads(final) == {"answer": "2", "score": 1}
     assert events == [
-        ToolResultObserved(stage="execution", call_id="call_7", name="calculator", content='{"result":"2"}')
+        StageToolResult(
+            stage="execution", call_id="call_7", name="calculator", content='{"result":"2"}', is_error=False
+        )
     ]
     # Reported once, even though later calls carry the same tool turn again.
-    llm.observe_messages(follow_up)
+    llm.tool_calls.observe(follow_up)
     assert len(events) == 1
 
 
 async def test_tool_turns_from_the_history_are_not_reported() -> None:
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
     call_model, _ = scripted(ModelReply(content="ok"))
     history = [
         {"role": "assistant", "content": None, "tool_calls": [{"id": "old_1", "type": "function", "function": {}}]},
@@ -310,7 +312,7 @@ async def test_prose_after_a_tool_result_is_repaired_in_a_call_that_allows_no_to
 
 @pytest.mark.parametrize("then", ["answers", "calls again"])
 async def test_tool_calls_in_a_repair_are_refused_never_run(then: str) -> None:
-    events: list[ToolResultObserved] = []
+    events: list[StageToolResult] = []
     refused = ModelReply(tool_calls=[ToolCallSpec(id="call_8", name="calculator", arguments="{}")])
     call_model, calls = scripted(
         ModelReply(content="Let me think."),
@@ -336,7 +338,7 @@ async def test_tool_calls_in_a_repair_are_refused_never_run(then: str) -> None:
         {"role": "user", "content": repair_text("it called calculator, but no tool can be called in this answer")},
     ]
     # Never handed over, so never reported either (a tool turn with that id is not this stage's).
-    llm.observe_messages([{"role": "tool", "tool_call_id": "call_8", "content": "x"}])
+    llm.tool_calls.observe([{"role": "tool", "tool_call_id": "call_8", "content": "x"}])
     await asyncio.sleep(0)
     assert events == []
 
@@ -583,7 +585,7 @@ async def test_close_also_cancels_an_acall_in_flight() -> None:
 
 async def test_results_observed_from_another_thread_reach_the_sink_on_the_loop() -> None:
     loop_thread = threading.get_ident()
-    delivered: list[tuple[ToolResultObserved, int]] = []
+    delivered: list[tuple[StageToolResult, int]] = []
     call_model, _ = scripted(ModelReply(tool_calls=[ToolCallSpec(id="call_9", name="calculator", arguments="{}")]))
     llm = DelegatingLLM.for_stage(
         call_model, stage="execution", model="m", sink=lambda event: delivered.append((event, threading.get_ident()))
@@ -592,9 +594,12 @@ async def test_results_observed_from_another_thread_reach_the_sink_on_the_loop()
 
     # e.g. a result_as_answer tool ended the loop: the flow reports the transcript from its own thread.
     transcript = [{"role": "tool", "tool_call_id": "call_9", "name": "calculator", "content": "done"}]
-    await asyncio.to_thread(llm.observe_messages, transcript)
+    await asyncio.to_thread(llm.tool_calls.stage_ended, transcript)
     await asyncio.sleep(0)
 
     assert delivered == [
-        (ToolResultObserved(stage="execution", call_id="call_9", name="calculator", content="done"), loop_thread)
+        (
+            StageToolResult(stage="execution", call_id="call_9", name="calculator", content="done", is_error=False),
+            loop_thread,
+        )
     ]

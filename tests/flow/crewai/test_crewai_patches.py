@@ -26,6 +26,7 @@ import crewai.tools.structured_tool as structured_tool  # noqa: E402
 import crewai.utilities.agent_utils as agent_utils  # noqa: E402
 import crewai_core.user_data as user_data  # noqa: E402
 from crewai.agents.agent_executor import AgentExecutor  # noqa: E402
+from crewai.tools import BaseTool  # noqa: E402
 
 from agent_runtime.engine.flow.crewai.flow import AgentFlow  # noqa: E402
 from agent_runtime.engine.flow.crewai.llm import delegating_llm_class  # noqa: E402
@@ -77,3 +78,8 @@ def test_tracing_is_declined_with_the_keys_crewai_reads() -> None:
 def test_the_token_estimate_we_override_has_base_llms_signature() -> None:
     ours = delegating_llm_class().get_input_tokens_count
     assert _parameters(ours) == _parameters(base_llm.BaseLLM.get_input_tokens_count)
+
+
+def test_the_tool_argument_validation_we_repeat_is_the_one_base_tool_runs() -> None:
+    assert _parameters(BaseTool._validate_kwargs) == ["self", "kwargs"]
+    assert "kwargs = self._validate_kwargs(kwargs)" in inspect.getsource(BaseTool.run)

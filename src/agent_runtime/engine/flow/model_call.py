@@ -49,8 +49,9 @@ class ModelReply(BaseModel):
 CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
 
 
-class ToolResultObserved(BaseModel):
-    """A tool's result, seen in the stage's messages under the id of a tool call the model made in this stage.
+class StageToolResult(BaseModel):
+    """A tool's result under the id of the tool call the model made in this run (engine/flow/crewai/tool_results.py:
+    handed over by our tool, or read from CrewAI's tool turn when CrewAI answered the call itself).
 
     The only event the adapter reports: the run emits the tool calls themselves from the model's reply, right
     after the row that holds them is stored (`RunGateway`)."""
@@ -58,11 +59,12 @@ class ToolResultObserved(BaseModel):
     stage: str
     call_id: str
     name: str
-    content: str
+    content: str = Field(description='JSON text as the model gets it; a failure is {"error": "..."}.')
+    is_error: bool
 
 
 # Called on the event-loop thread; it must not block (enqueue and return).
-EventSink = Callable[[ToolResultObserved], None]
+EventSink = Callable[[StageToolResult], None]
 
 
 class StageOutputError(UpstreamError):

@@ -4,20 +4,10 @@
                   \\-> NEEDS_EXECUTION  -> execution (tools) -> organization
 
 Each stage is one CrewAI `Agent` run with `Agent.kickoff_async(messages, response_format=<contract>)` and a
-`DelegatingLLM` (`crew_llm`) built for that stage of this run, so every model call goes through our LLM
-layer. That direct agent API was measured against `Crew.akickoff()` per stage (docs/crewai-notes.md,
-scripts/bench/crewai_paths.py): 40-50% less CPU, and it takes the chat history as messages where a
-Task only takes text.
-
-Where the flow runs (`FlowDeps.threads`): with the run service's `FlowThreads` (production), the whole
-CrewAI flow is driven on a private event loop in a `crewai-flow` thread, its executor's sync steps on the
-`crewai-step` pool (`engine/flow/crewai/threads.py` says why two bounded pools of their own); without, it is
-awaited on the caller's loop (tests, benchmarks). Model calls and tools always run on the app's loop (that
-is where our LLM layer and tools live; `DelegatingLLM` and `RuntimeToolAdapter` bridge to it). The thread
-exists because CrewAI does blocking work in async code: every `Flow.kickoff_async` (ours and each stage's
-agent executor) ends with a synchronous `crewai_event_bus.flush()` that waits for the event handlers of
-every run in the process, plus executor construction, routing and event bookkeeping, all of which would
-otherwise run on the app's loop (measured in docs/crewai-notes.md).
+`DelegatingLLM` (llm.py) built for that stage of this run, so every model call goes through our LLM layer (chosen
+over `Crew.akickoff()` per stage by measurement: docs/crewai-notes.md). With the run service's `FlowThreads`, the
+flow is driven on a private loop in a `crewai-flow` thread (threads.py says why); model calls and tools always run
+on the app's loop, where our LLM layer and tools live.
 
 What the model sees (engine/flow/prompt.py says why: DeepSeek's cache hits only whole prefixes it has seen): each
 stage's call repeats the previous stage's call and answer as they were, and adds its own request after them.
@@ -30,16 +20,12 @@ stage's call repeats the previous stage's call and answer as they were, and adds
 
 CrewAI builds the request message from its prompt templates: by default they wrap it in the agent's role,
 backstory and goal ("You are {role}. ...\nCurrent Task: ..."), which would put the stage's static texts after the
-history again. The agent's `system_template` "{input}" and `prompt_template` `crew_llm.REQUEST_END` make it
+history again. The agent's `system_template` "{input}" and `prompt_template` `wire.REQUEST_END` make it
 "<request>\n<REQUEST_END>", and `DelegatingLLM` strips the marker: the model gets our request byte for byte
 (`use_system_prompt=False` keeps CrewAI from adding a stage-specific system message in front of the history).
 
-Kept away: no LanceDB memory (`_skip_auto_memory`), no agent memory, no sqlite (the Crew path writes task
-outputs to sqlite on every kickoff; `Agent.kickoff_async` does not), no temp files for large tool
-results (`use_better_compaction=False`), no CrewAI-side context summarisation
-(`respect_context_window=False`), no planning. CrewAI's console panels are turned off in `crewai_env`.
-
-Tools reach CrewAI as `RuntimeToolAdapter`s (`tool_adapter`), which run them on the app's loop.
+Kept away: CrewAI's memory, sqlite and temp files, its own context summarisation and planning
+(docs/crewai-notes.md). Tools reach CrewAI as `RuntimeToolAdapter`s (tools.py), which run them on the app's loop.
 """
 
 from __future__ import annotations
@@ -53,9 +39,11 @@ from pydantic import Field, PrivateAttr
 
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
-from agent_runtime.engine.flow.crewai.llm import REQUEST_END, DelegatingLLM
+from agent_runtime.engine.flow.crewai.llm import DelegatingLLM
 from agent_runtime.engine.flow.crewai.threads import FlowThreads
+from agent_runtime.engine.flow.crewai.tool_results import RunToolCalls
 from agent_runtime.engine.flow.crewai.tools import RuntimeToolAdapter, ToolCalls
+from agent_runtime.engine.flow.crewai.wire import REQUEST_END
 from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
@@ -137,6 +125,7 @@ class AgentFlow(Flow[AgentFlowState]):
     _deps: FlowDeps | None = PrivateAttr(default=None)
     _llms: list[DelegatingLLM] = PrivateAttr(default_factory=list)
     _tool_calls: ToolCalls = PrivateAttr(default_factory=ToolCalls)
+    _tool_results: RunToolCalls | None = PrivateAttr(default=None)
     # Each finished stage's transcript (DelegatingLLM.transcript): the next stage's messages start with it.
     _transcripts: dict[str, list[dict[str, Any]]] = PrivateAttr(default_factory=dict)
     # The app's event loop: model calls and tools run there, whichever loop drives the flow.
@@ -147,6 +136,7 @@ class AgentFlow(Flow[AgentFlowState]):
         flow = cls(initial_state=state, suppress_flow_events=True)
         flow._deps = deps
         flow._app_loop = asyncio.get_running_loop()
+        flow._tool_results = RunToolCalls(deps.sink, flow._app_loop)
         return flow
 
     async def run(self) -> AgentFlowState:
@@ -263,7 +253,7 @@ class AgentFlow(Flow[AgentFlowState]):
             stage=stage,
             model=deps.model,
             output_model=contract,
-            sink=deps.sink,
+            tool_calls=self._require_tool_results(),
             max_json_retries=deps.max_json_retries,
             # The YAML task renders {output_schema} (enforced when the templates load).
             inject_schema=False,
@@ -299,7 +289,7 @@ class AgentFlow(Flow[AgentFlowState]):
                     extra={"stage": stage, "tool": exc.record.tool_name},
                 ) from exc
         # Tool results a final model call never saw (a result_as_answer tool, the iteration limit).
-        llm.observe_messages(output.messages)
+        self._require_tool_results().stage_ended(output.messages)
         self._transcripts[stage] = llm.transcript
         result = output.pydantic
         if not isinstance(result, contract):
@@ -330,6 +320,7 @@ class AgentFlow(Flow[AgentFlowState]):
                 toolset,
                 loop,
                 self._tool_calls,
+                self._require_tool_results(),
                 requires_approval=name in deps.approval_tools,
             )
             for name in names
@@ -339,6 +330,11 @@ class AgentFlow(Flow[AgentFlowState]):
         if self._deps is None:
             raise RuntimeError("AgentFlow was built without dependencies; use AgentFlow.for_run()")
         return self._deps
+
+    def _require_tool_results(self) -> RunToolCalls:
+        if self._tool_results is None:
+            raise RuntimeError("AgentFlow was built without its tool calls; use AgentFlow.for_run()")
+        return self._tool_results
 
     def _require_app_loop(self) -> asyncio.AbstractEventLoop:
         if self._app_loop is None:

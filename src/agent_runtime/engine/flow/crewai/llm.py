@@ -1,71 +1,27 @@
 """A CrewAI LLM that hands every model call to our own async LLM layer (`engine/llm`).
 
-Why: given a model string, CrewAI calls DeepSeek/OpenAI through its own native SDK clients and so
-bypasses LiteLLM, our usage/cost capture, our retries and the offline demo model. `DelegatingLLM` is a
-`BaseLLM` subclass (the extension point CrewAI documents for custom models) whose `call`/`acall` only
-translate between CrewAI's calling convention and two small models, `ModelCall` -> `ModelReply`,
-answered by an `async def call_model(request: ModelCall) -> ModelReply` the caller provides.
+Given a model string, CrewAI would call the provider through its own SDK clients, bypassing LiteLLM, our usage and
+cost capture, our retries and the demo model. `DelegatingLLM` is a `BaseLLM` subclass (CrewAI's documented extension
+point) whose `call`/`acall` translate CrewAI's calling convention into `ModelCall` -> `ModelReply`, answered by the
+run's `call_model`. One per stage per run (cheap: no SDK client), so everything it does belongs to that run.
 
-What CrewAI passes and expects back (read in crewai 1.15.30, pinned by tests/flow/test_crew_*.py, details
-in docs/crewai-notes.md): OpenAI-style `messages`; with native tools, `tools=[...]` and the model's tool
-calls expected back as an OpenAI-shaped list (CrewAI runs the tools and calls again with tool turns);
-with `response_model`, the parsed model (never sent as a `json_schema` response format, which DeepSeek
-rejects: `ModelCall` only has `json_mode`); `available_functions` (planning helpers) is refused. The
-executor calls only the sync `call`, from worker threads; `acall` serves CrewAI's `Converter`. Our LLM
-layer lives on the app's event loop, so `call` hands the coroutine to it with
-`asyncio.run_coroutine_threadsafe` and waits: CrewAI offers no async API on that path.
+- CrewAI's executor calls the sync `call` from worker threads: it hands the coroutine to the app's loop and waits
+  (CrewAI offers no async API there). `close()` cancels the call in flight and refuses later ones.
+- Every final answer is validated against the stage's contract; a bad one gets a repair turn, asked without tools,
+  at most `max_json_retries` times, then `StageOutputError`.
+- The reasoning of a reply with tool calls goes back on that tool-call turn in the stage's later calls (CrewAI
+  rebuilds the turn without it; DeepSeek answers 400 without it).
+- Tool calls are registered with the run's `RunToolCalls` (tool_results.py), which hands their results to the run.
+- CrewAI's own rate-limit retry is opted out of: our LLM layer retries.
 
-Structured output: a stage declares its contract (`output_model`). Every final answer of the stage (no
-tool calls) is validated here against it, including the contract's own validators; a bad answer gets a
-repair turn (the bad answer's text + what was wrong: its validation errors, or that it was blank, or cut at
-the output limit (finish_reason "length"), or called tools where none may be called; the contract named by
-its schema title, as the system prompt holds all three stages' schemas) and is asked again, at most
-`max_json_retries` times, then `StageOutputError`. A repair call never lets the model call tools
-(`ModelCall.allow_tools`): offered them again, a model that answered in prose after a tool result calls the
-same tool again, until CrewAI's repeated-call guard ends the stage. Doing it here keeps it bounded and
-visible: CrewAI's own fallback for a tool stage's bad final answer is a `Converter` call whose failure is
-swallowed (the output's `pydantic` is `None`). What CrewAI itself raises on model behaviour (an identical
-tool call repeated, arguments it cannot take) becomes `StageOutputError` too (here, or in `crew_flow`).
-
-Thinking: a reply's reasoning (`ModelReply.reasoning`) is remembered under the ids of the tool calls handed
-over with it and put back (`reasoning_content`) on the assistant turn carrying those calls in every later
-call of the stage: CrewAI rebuilds that turn without it, and DeepSeek's thinking mode answers 400 when the
-reasoning of a tool-call turn is not sent back. History turns keep theirs as they come (CrewAI passes the
-key through). The reasoning of an answer without tool calls is never sent back.
-
-Retries: `BaseLLM.__init_subclass__` wraps a subclass's own `call`/`acall` in CrewAI's rate-limit retry
-(3 attempts, 1-8 s `time.sleep` on a worker thread). Our LLM layer already retries, so the methods live on
-a base class and carry CrewAI's "already wrapped" marker: one failure policy, in one place.
-
-Per-run correlation: one `DelegatingLLM` per stage per run (`for_stage`: ~0.03 ms, no SDK client, no SSL
-context; CrewAI's own `LLM()` costs ~43 ms per LIBRARY-NOTES). Its `call_model` closure is bound to the
-run and `ModelCall.stage` names the stage, so usage rows, audit rows and token streaming belong to the
-run with no contextvar and no use of CrewAI's process-wide event bus. Token streaming therefore happens inside
-`call_model` (it may stream from the provider and push `assistant_text` deltas to the run's events while
-still returning the whole `ModelReply`); CrewAI's `LLMStreamChunkEvent`s are never involved.
-
-Tool results are observed here under the model's own call ids, which are the ids the executor puts on the
-tool turns (the calls themselves reach the run in the model's reply, before the tools run):
-`ToolResultObserved` when the next model call carries the tool turn with that `tool_call_id`
-(TOOL_CALL_RESULT; the executor calls the model right after a tool batch), plus `observe_messages()` for
-the stage's final transcript (a `result_as_answer` tool or the iteration limit ends the loop without
-another model call). CrewAI's `ToolUsage*Event`s carry no tool-call id and go to a global bus, so they are
-not used. Only ids this instance saw the model produce are reported, never tool turns from the history.
-
-Cancellation: `close()` cancels the call in flight (its worker thread gets `StageCancelledError` at once)
-and refuses later calls, so a cancelled run stops calling the model even though CrewAI's threads cannot be
-interrupted.
-
-Importing: this module does not import CrewAI (the run service imports `ModelCall` & co. on the app's
-import path, and importing CrewAI costs ~10 s of CPU). `DelegatingLLM` is created on first access, after
-`crewai_env.load_crewai()`; before that, accessing it raises `CrewAIEnvError`.
+What CrewAI passes and expects, as read in its source: docs/crewai-notes.md; the private reaches: PATCHES.md.
+This module does not import CrewAI: `DelegatingLLM` is created on first access, after `env.load_crewai()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 import threading
 from collections.abc import Callable
 from functools import cache
@@ -75,12 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
 from agent_runtime.engine.flow.crewai.threads import waiting_for_the_loop
+from agent_runtime.engine.flow.crewai.tool_results import RunToolCalls
 from agent_runtime.engine.flow.crewai.wire import (
+    arguments_crewai_cannot_take,
     refused_tool_calls,
     repair_instruction,
     wire_messages,
     wire_tools,
     with_schema_instruction,
+    without_request_end,
 )
 from agent_runtime.engine.flow.model_call import (
     CallModel,
@@ -89,7 +48,6 @@ from agent_runtime.engine.flow.model_call import (
     ModelReply,
     StageCancelledError,
     StageOutputError,
-    ToolResultObserved,
 )
 from agent_runtime.engine.llm.repair import strip_code_fence, unusable_answer
 
@@ -129,11 +87,9 @@ class _DelegatingLLMBody(BaseModel):
 
     _call_model: CallModel | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
-    _sink: EventSink | None = PrivateAttr(default=None)
-    _issued_calls: dict[str, str] = PrivateAttr(default_factory=dict)
+    _tool_calls: RunToolCalls | None = PrivateAttr(default=None)
     # Tool call id -> the reasoning of the reply that made it (thinking mode), put back in the stage's later calls.
     _reasoning_by_call: dict[str, str] = PrivateAttr(default_factory=dict)
-    _reported_results: set[str] = PrivateAttr(default_factory=set)
     # The messages of the call that gave the stage's accepted answer, and that answer: where the next stage starts.
     _transcript: list[dict[str, Any]] = PrivateAttr(default_factory=list)
     _inflight: set[concurrent.futures.Future[Any]] = PrivateAttr(default_factory=set)
@@ -149,12 +105,14 @@ class _DelegatingLLMBody(BaseModel):
         model: str,
         output_model: type[BaseModel] | None = None,
         sink: EventSink | None = None,
+        tool_calls: RunToolCalls | None = None,
         max_json_retries: int = 2,
         inject_schema: bool = True,
         max_output_tokens: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> Self:
-        """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`)."""
+        """Build the LLM for one stage of one run. Call it from the event loop (or pass `loop`). `tool_calls`: the
+        run's (shared with its tools and other stages); without it the stage has its own, reporting to `sink`."""
         llm = cls(
             model=model,
             stage=stage,
@@ -165,7 +123,7 @@ class _DelegatingLLMBody(BaseModel):
         )
         llm._call_model = call_model
         llm._loop = loop or asyncio.get_running_loop()
-        llm._sink = sink
+        llm._tool_calls = tool_calls or RunToolCalls(sink, llm._loop)
         return llm
 
     # -- what CrewAI asks of a model -----------------------------------------------------------------
@@ -277,27 +235,11 @@ class _DelegatingLLMBody(BaseModel):
         it (engine/flow/prompt.py). Empty until the stage has an accepted answer."""
         return list(self._transcript)
 
-    def observe_messages(self, messages: list[dict[str, Any]] | list[LLMMessage]) -> None:
-        """Report tool results in `messages` not reported yet (e.g. the stage's final transcript).
-
-        Safe from any thread: the sink is always called on the event loop this LLM was built for.
-        """
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            call_id = str(message.get("tool_call_id") or "")
-            if call_id not in self._issued_calls or call_id in self._reported_results:
-                continue
-            self._reported_results.add(call_id)
-            content = message.get("content")
-            self._emit(
-                ToolResultObserved(
-                    stage=self.stage,
-                    call_id=call_id,
-                    name=self._issued_calls[call_id],
-                    content=content if isinstance(content, str) else json.dumps(content, ensure_ascii=False),
-                )
-            )
+    @property
+    def tool_calls(self) -> RunToolCalls:
+        if self._tool_calls is None:
+            raise RuntimeError("DelegatingLLM was built without its tool calls; use DelegatingLLM.for_stage()")
+        return self._tool_calls
 
     # -- the one code path ---------------------------------------------------------------------------
 
@@ -310,8 +252,8 @@ class _DelegatingLLMBody(BaseModel):
         call_model = self._call_model
         if call_model is None:
             raise RuntimeError("DelegatingLLM was built without call_model; use DelegatingLLM.for_stage()")
-        wire = _without_request_end(wire_messages(messages, self._reasoning_by_call))
-        self.observe_messages(wire)
+        wire = without_request_end(wire_messages(messages, self._reasoning_by_call))
+        self.tool_calls.observe(wire)
         contract = response_model or self.output_model
         if contract is not None and self.inject_schema:
             wire = with_schema_instruction(wire, contract)
@@ -372,30 +314,20 @@ class _DelegatingLLMBody(BaseModel):
 
     def _hand_over_tool_calls(self, reply: ModelReply) -> list[dict[str, Any]]:
         for tool_call in reply.tool_calls:
-            if _arguments_crewai_cannot_take(tool_call.arguments):
+            if arguments_crewai_cannot_take(tool_call.arguments):
                 raise StageOutputError(
                     f"stage {self.stage!r}: the model called {tool_call.name} with arguments that are not "
                     "a JSON object",
                     extra={"stage": self.stage},
                 )
+        self.tool_calls.issue(self.stage, reply.tool_calls)
         for tool_call in reply.tool_calls:
-            self._issued_calls[tool_call.id] = tool_call.name
             if reply.reasoning is not None:
                 self._reasoning_by_call[tool_call.id] = reply.reasoning
         return [
             {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
             for call in reply.tool_calls
         ]
-
-    def _emit(self, event: ToolResultObserved) -> None:
-        if self._sink is None:
-            return
-        loop = self._require_loop()
-        if _running_loop() is loop:
-            self._sink(event)
-        else:
-            # observe_messages() called from the thread that drives the flow: the sink belongs to the loop.
-            loop.call_soon_threadsafe(self._sink, event)
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -430,38 +362,12 @@ def delegating_llm_class() -> type[DelegatingLLM]:
     return cast("type[DelegatingLLM]", _DelegatingLLM)
 
 
-REQUEST_END = "\u2063"
-"""The flow's CrewAI `prompt_template` (engine/flow/crewai/flow.py). CrewAI writes a stage's request as
-`<request>\n<prompt_template>`; the model gets the request alone, byte for byte what the flow wrote (for the intent
-stage, the user's own turn), so that later calls repeat it exactly (the provider caches whole prefixes)."""
-_REQUEST_SUFFIX = "\n" + REQUEST_END
-
-
-def _without_request_end(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    for message in wire:
-        content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, str) and content.endswith(_REQUEST_SUFFIX):
-            message["content"] = content.removesuffix(_REQUEST_SUFFIX)
-    return wire
-
-
 def _refuse_available_functions(available_functions: dict[str, Any] | None) -> None:
     if available_functions:
         raise NotImplementedError(
             "DelegatingLLM returns tool calls to CrewAI's executor; LLM-side tool execution "
             "(available_functions, used by CrewAI planning/reasoning) is not supported: disable planning"
         )
-
-
-def _arguments_crewai_cannot_take(arguments: str) -> bool:
-    # CrewAI (1.15.30, agent_executor._execute_single_native_tool_call) tells the model when a tool call's
-    # arguments are not JSON, runs a falsy JSON value as {} and a string into the tool's error; a list, a
-    # number or true breaks its ToolUsageStartedEvent (pydantic), outside its error handling.
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return False
-    return bool(value) and not isinstance(value, dict | str)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -19,6 +19,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
 from agent_runtime.engine.flow.crewai.threads import waiting_for_the_loop
+from agent_runtime.engine.flow.crewai.tool_results import RunToolCalls
 from agent_runtime.engine.flow.model_call import StageCancelledError
 from agent_runtime.engine.flow.tools import RunToolSet, Tool, ToolOutcome
 
@@ -65,6 +66,7 @@ class RuntimeToolAdapter(BaseTool):
     _toolset: RunToolSet | None = PrivateAttr(default=None)
     _loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
     _calls: ToolCalls | None = PrivateAttr(default=None)
+    _results: RunToolCalls | None = PrivateAttr(default=None)
     _requires_approval: bool = PrivateAttr(default=False)
 
     @classmethod
@@ -74,6 +76,7 @@ class RuntimeToolAdapter(BaseTool):
         toolset: RunToolSet,
         loop: asyncio.AbstractEventLoop,
         calls: ToolCalls,
+        results: RunToolCalls,
         *,
         requires_approval: bool = False,
     ) -> RuntimeToolAdapter:
@@ -81,6 +84,7 @@ class RuntimeToolAdapter(BaseTool):
         adapter._toolset = toolset
         adapter._loop = loop
         adapter._calls = calls
+        adapter._results = results
         adapter._requires_approval = requires_approval
         return adapter
 
@@ -123,12 +127,22 @@ class RuntimeToolAdapter(BaseTool):
             logger.error("tool %s reached CrewAI without the user's approval", self.name)
             return ToolOutcome.failure(f"{self.name} runs only after the user approves it")
         try:
-            return await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
+            outcome = await self._toolset.run(self.name, json.dumps(kwargs, ensure_ascii=False))
         except Exception:
             # Tools catch their own failures; this is a bug around them. Raised, CrewAI would hand the
             # exception's text to the model and to the client as the tool's result.
             logger.exception("tool adapter failed: tool=%s", self.name)
-            return ToolOutcome.failure(f"{self.name} failed with an internal error")
+            outcome = ToolOutcome.failure(f"{self.name} failed with an internal error")
+        if self._results is not None:
+            self._results.hand_over(self.name, lambda arguments: self._validated(arguments) == kwargs, outcome)
+        return outcome
+
+    def _validated(self, arguments: str) -> dict[str, Any] | None:
+        # The kwargs CrewAI runs a tool with: the call's JSON validated by the tool's schema (BaseTool.run).
+        try:
+            return self._validate_kwargs(json.loads(arguments))
+        except ValueError:
+            return None
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

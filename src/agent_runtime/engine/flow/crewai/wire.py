@@ -92,3 +92,29 @@ def refused_tool_calls(calls: Sequence[ToolCallSpec]) -> str:
 
 def repair_instruction(problem: str, contract: type[BaseModel], *, schema_in_request: bool) -> str:
     return repair_text(problem, contract, where="in my request" if schema_in_request else "in the system prompt")
+
+
+REQUEST_END = "\u2063"
+"""The flow's CrewAI `prompt_template` (engine/flow/crewai/flow.py). CrewAI writes a stage's request as
+`<request>\n<prompt_template>`; the model gets the request alone, byte for byte what the flow wrote (for the intent
+stage, the user's own turn), so that later calls repeat it exactly (the provider caches whole prefixes)."""
+_REQUEST_SUFFIX = "\n" + REQUEST_END
+
+
+def without_request_end(wire: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for message in wire:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str) and content.endswith(_REQUEST_SUFFIX):
+            message["content"] = content.removesuffix(_REQUEST_SUFFIX)
+    return wire
+
+
+def arguments_crewai_cannot_take(arguments: str) -> bool:
+    # CrewAI (1.15.30, agent_executor._execute_single_native_tool_call) tells the model when a tool call's
+    # arguments are not JSON, runs a falsy JSON value as {} and a string into the tool's error; a list, a
+    # number or true breaks its ToolUsageStartedEvent (pydantic), outside its error handling.
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    return bool(value) and not isinstance(value, dict | str)

@@ -7,16 +7,14 @@ run: concurrent runs share only the process-wide `LLMClient`.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from uuid import uuid4
 
 from agent_runtime.engine.flow.model_call import (
     ModelCall,
     ModelReply,
+    StageToolResult,
     ToolCallsPending,
-    ToolResultObserved,
 )
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
@@ -29,31 +27,6 @@ from agent_runtime.observability.runs import current_run
 
 # Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
 ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
-
-
-# What CrewAI sends the model instead of a result when a tool call raises, e.g. when the model's
-# arguments fail the tool's schema (CrewAI validates them before our tool sees them).
-_CREWAI_TOOL_ERROR = "Error executing tool: "
-_MAX_TOOL_ERROR_CHARS = 500
-
-
-@dataclass(frozen=True, slots=True)
-class _ToolResultView:
-    content: str
-    is_error: bool
-
-
-def _tool_result(content: str) -> _ToolResultView:
-    """A tool result as stored and shown: our tools' failures are {"error": "..."} (ToolOutcome.failure),
-    and CrewAI's error text is put in the same shape so clients and the stored row can tell it failed."""
-    if content.startswith(_CREWAI_TOOL_ERROR):
-        reason = content[len(_CREWAI_TOOL_ERROR) :][:_MAX_TOOL_ERROR_CHARS]
-        return _ToolResultView(content=json.dumps({"error": reason}, ensure_ascii=False), is_error=True)
-    try:
-        parsed = json.loads(content)
-    except ValueError:
-        return _ToolResultView(content=content, is_error=False)
-    return _ToolResultView(content=content, is_error=isinstance(parsed, dict) and set(parsed) == {"error"})
 
 
 class _AnswerMessage:
@@ -272,16 +245,15 @@ class RunGateway:
             finish_reason=response.finish_reason,
         )
 
-    def sink(self, event: ToolResultObserved) -> None:
-        """Tool results the CrewAI adapter observed (on the loop thread) become events and queued rows (the
-        tool calls are emitted above, right after the row that holds them is stored)."""
-        result = _tool_result(event.content)
+    def sink(self, event: StageToolResult) -> None:
+        """Tool results the flow hands over (on the loop thread, in the model's call order) become events and queued
+        rows (the tool calls are emitted above, right after the row that holds them is stored)."""
         record = ToolResultRecord(
             message_id=str(uuid4()),
             tool_call_id=event.call_id,
             name=event.name,
-            content=result.content,
-            is_error=result.is_error,
+            content=event.content,
+            is_error=event.is_error,
         )
         self._events.tool_result(message_id=record.message_id, tool_call_id=record.tool_call_id, content=record.content)
         self._recorder.tool_result(record)
