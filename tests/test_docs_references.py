@@ -17,6 +17,8 @@ last tests run every check on the real files. What counts as a reference:
 from __future__ import annotations
 
 import ast
+import functools
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -105,10 +107,10 @@ def headings(text: str) -> list[str]:
 
 def repo_files(root: Path) -> set[str]:
     files = set()
-    for path in root.rglob("*"):
-        relative = path.relative_to(root)
-        if not SKIP_DIRS.intersection(relative.parts) and path.is_file():
-            files.add(relative.as_posix())
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d not in SKIP_DIRS]
+        base = Path(directory).relative_to(root)
+        files.update((base / name).as_posix() for name in names)
     return files
 
 
@@ -139,7 +141,7 @@ def dangling_links(doc: Path, text: str) -> list[str]:
     return problems
 
 
-def dangling_paths(text: str, root: Path, files: set[str]) -> list[str]:
+def dangling_paths(text: str, root: Path, files: Iterable[str]) -> list[str]:
     """Repository paths that name nothing, `path::name` whose file defines no `name`, and backticked file
     names that are the end of no file's path."""
     problems = []
@@ -180,9 +182,10 @@ def src_constants(root: Path) -> set[str]:
     return names
 
 
-def unknown_names(text: str, known: set[str]) -> list[str]:
+def unknown_names(text: str, known: Iterable[str]) -> list[str]:
     """UPPER_CASE names with an underscore that are not settings nor anything else we know of."""
-    return sorted({name for name in UPPER_NAME.findall(text) if name not in known})
+    allowed = set(known)
+    return sorted({name for name in UPPER_NAME.findall(text) if name not in allowed})
 
 
 def known_names(root: Path) -> set[str]:
@@ -311,6 +314,16 @@ def test_a_setting_missing_from_the_configuration_page_is_reported() -> None:
 # ---------------------------------------------------------------- the real files
 
 
+@functools.cache
+def _real_files() -> frozenset[str]:
+    return frozenset(repo_files(ROOT))
+
+
+@functools.cache
+def _real_names() -> frozenset[str]:
+    return frozenset(known_names(ROOT))
+
+
 def _ids(paths: Iterable[Path]) -> list[str]:
     return [path.relative_to(ROOT).as_posix() for path in paths]
 
@@ -322,12 +335,12 @@ def test_links_point_at_files_and_headings_that_exist(doc: Path) -> None:
 
 @pytest.mark.parametrize("doc", DOC_FILES, ids=_ids(DOC_FILES))
 def test_named_files_exist(doc: Path) -> None:
-    assert dangling_paths(doc.read_text(encoding="utf-8"), ROOT, repo_files(ROOT)) == []
+    assert dangling_paths(doc.read_text(encoding="utf-8"), ROOT, _real_files()) == []
 
 
 @pytest.mark.parametrize("doc", DOC_FILES, ids=_ids(DOC_FILES))
 def test_named_settings_are_settings(doc: Path) -> None:
-    assert unknown_names(doc.read_text(encoding="utf-8"), known_names(ROOT)) == []
+    assert unknown_names(doc.read_text(encoding="utf-8"), _real_names()) == []
 
 
 @pytest.mark.parametrize("doc", DOC_FILES, ids=_ids(DOC_FILES))
