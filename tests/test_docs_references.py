@@ -25,8 +25,7 @@ from pathlib import Path
 
 import pytest
 from ag_ui.core import EventType
-
-from agent_runtime.settings import Settings
+from tests.support.settings_names import settings_env_names
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -162,17 +161,6 @@ def dangling_paths(text: str, root: Path, files: Iterable[str]) -> list[str]:
         if not any(f == written or f.endswith("/" + written) for f in files):
             problems.append(f"`{written}`: no file of the repository ends with this path")
     return problems
-
-
-def settings_env_names() -> set[str]:
-    """The environment variable of each Settings field (pydantic-settings: prefix + field name, or its alias;
-    case-insensitive, written in upper case)."""
-    prefix = str(Settings.model_config.get("env_prefix") or "")
-    names = set()
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias if isinstance(field.validation_alias, str) else None
-        names.add((alias or prefix + name).upper())
-    return names
 
 
 def src_constants(root: Path) -> set[str]:
