@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.support.settings_names import settings_env_names
 
 from agent_runtime.settings import Settings
 
@@ -31,15 +32,6 @@ def _entries() -> list[tuple[int, str, bool, str]]:
     return entries
 
 
-def _env_names() -> set[str]:
-    prefix = str(Settings.model_config.get("env_prefix") or "")
-    names = set()
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias if isinstance(field.validation_alias, str) else None
-        names.add((alias or prefix + name).upper())
-    return names
-
-
 def test_parser_sees_entries() -> None:
     assert len(_entries()) >= 20  # guards against the regex silently matching nothing
 
@@ -48,7 +40,7 @@ def test_every_settings_field_is_documented_and_nothing_else() -> None:
     names = [name for _, name, _, _ in _entries()]
     assert len(names) == len(set(names)), "duplicate entries"
     documented = set(names)
-    fields = _env_names()
+    fields = settings_env_names()
     assert not fields - documented, f"Settings fields missing from .env.example: {sorted(fields - documented)}"
     assert not documented - fields, f".env.example entries that are not Settings fields: {sorted(documented - fields)}"
 
@@ -75,7 +67,7 @@ def test_secrets_are_not_filled_in() -> None:
 
 def test_loading_the_example_gives_the_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Isolate from the caller's environment and from any real .env in the working directory.
-    fields = _env_names()
+    fields = settings_env_names()
     for key in list(os.environ):
         if key.upper() in fields:
             monkeypatch.delenv(key)

@@ -51,8 +51,8 @@ class Settings(BaseSettings):
     database_url: str | None = None
     data_dir: Path = Field(default_factory=_default_data_dir)
     db_pool_min_size: int = Field(default=1, ge=0, le=100)
-    # 20: at the default MAX_CONCURRENT_RUNS (64 runs at once, ~7 statements each) a pool of 10 had up to 38
-    # acquires queued and RUN_STARTED p99 at 309 ms, 20 had 8 and 189 ms (scripts/bench/load.py, docs/benchmarks.md).
+    # 20: at the default MAX_CONCURRENT_RUNS a pool of 10 queued the runs' statements and delayed RUN_STARTED;
+    # 20 mostly did not (docs/benchmarks.md, "Database pool").
     db_pool_max_size: int = Field(default=20, ge=1, le=200)
 
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
@@ -85,11 +85,10 @@ class Settings(BaseSettings):
     models_file: Path
     migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
-    # Measured against DeepSeek's cache prefix units (scripts/bench/conversation_cost.py, docs/benchmarks.md): a
-    # cut re-sends what it keeps at the cache-miss price (50x the hit price) once and saves the hit price of what it
-    # drops on every later call. So the window grows long before it is cut, and is then cut deep (to the newest
-    # turn and the summary): within 100 turns it never cuts, as cheap as sending everything and 85 %+ cache hits on
-    # every turn's first call; beyond, the prompt stays bounded.
+    # A cut re-sends what it keeps at the cache-miss price (50x the hit price) once and saves the hit price of what
+    # it drops on every later call. So the window grows long before it is cut, and is then cut deep (to the newest
+    # turn and the summary): a conversation of a hundred turns never cuts, and beyond, the prompt stays bounded
+    # (docs/benchmarks.md, "Conversation cost").
     memory_max_messages: int = Field(default=400, ge=1)
     memory_max_tokens: int = Field(default=16_000, ge=1)
     memory_low_messages: int = Field(default=4, ge=1)
@@ -105,7 +104,7 @@ class Settings(BaseSettings):
 
     # Server processes on the one port (api/workers.py); every per-process limit below is per worker.
     workers: int = Field(default=1, ge=1, le=64)
-    # Admission control and leases (README "Runs under load"); the defaults come from scripts/bench/load.py.
+    # Admission control and leases (docs/architecture.md, "Runs"); why 64: docs/benchmarks.md, "MAX_CONCURRENT_RUNS".
     max_concurrent_runs: int = Field(default=64, ge=1, le=4096)
     max_concurrent_runs_per_user: int = Field(default=4, ge=1, le=1000)
     # CrewAI threads (of all runs) allowed to run Python at once; engine/flow/crewai/threads.py says why 1.

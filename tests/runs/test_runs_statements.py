@@ -63,7 +63,7 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
 
 
-async def test_a_full_run_with_a_tool_call_is_six_statements_and_a_direct_one_four(
+async def test_a_full_run_with_a_tool_call_is_seven_statements_and_a_direct_one_five(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()

@@ -97,8 +97,9 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
 
 def shed_run_starts(app: FastAPI) -> Shedder:
     """Refuses a request to start a run while this process is full or draining, with the admission's own
-    429/503, before FastAPI routes, authenticates and validates it (~0.05 ms instead of ~0.8 ms of the loop's
-    time per refusal). The run route still takes its slot through the admission: this is only the fast no."""
+    429/503, before FastAPI routes, authenticates and validates it, a fraction of the loop's time per refusal
+    (docs/benchmarks.md, "Burst of 500"). The run route still takes its slot through the admission: this is
+    only the fast no."""
     # The runs router's own routes: it carries the full path (`/v1` prefix) and is included without another.
     starts = [
         route

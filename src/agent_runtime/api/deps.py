@@ -1,9 +1,9 @@
 """FastAPI dependencies: the engine and the authenticated caller.
 
 All `async def`, though none awaits: FastAPI runs a plain `def` dependency in anyio's worker threads, two thread
-hops per request that compete for the GIL with the runs' CrewAI threads. Under a burst of 500 requests that made
-even a 429 take 1-2.6 s (scripts/bench/load.py); on the loop it is ~2 ms. The work here is a dict lookup and
-one HS256 verification."""
+hops per request that compete for the GIL with the runs' CrewAI threads: under a burst of requests that made
+even a 429 take seconds (docs/benchmarks.md, "Load"). The work here is a dict lookup and one HS256
+verification, cheap enough for the loop."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ _KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OP
 # How much of an oversized body is read and thrown away before the 413, as a multiple of the limit.
 # Common clients (Python's urllib and requests, curl without Expect) send the whole body before reading
 # the response; closing with unread data makes the kernel answer with a reset, and they report that
-# instead of the 413 (8-10 of 10 attempts with urllib, measured). Draining costs time, not memory, and
+# instead of the 413 (most attempts with urllib: docs/benchmarks.md, "Transport limits"). Draining costs time,
+# not memory, and
 # the body read timeout bounds the time; past this much the client gets the reset after all.
 _DRAIN_FACTOR = 8
 
@@ -92,8 +93,8 @@ class RequestContextMiddleware:
     """Assigns X-Request-ID, enforces the body limit and read timeout, and writes one access-log line per request.
 
     `shed` refuses a request before the app sees it: a run request while the process is full or draining gets
-    its 429/503 here, before routing, authentication and body validation. In a burst of 500 run requests
-    those cost ~0.8 ms of the loop's time per refusal, which added up to a ~0.3 s wait for the last one.
+    its 429/503 here, before routing, authentication and body validation. In a burst of run requests those
+    cost the loop enough per refusal to keep the last client waiting (docs/benchmarks.md, "Burst of 500").
     """
 
     def __init__(

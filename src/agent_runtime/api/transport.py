@@ -1,13 +1,13 @@
 """HTTP transport limits for `agent-runtime serve`: what a client can hold before any authentication.
 
-Measured before these limits (uvicorn 0.x defaults, httptools parser): one 100 MB header was buffered whole
-and stalled `/health/live` for 4.4 s; four at once took the process from 472 MB to 1,858 MB; partial
-requests were held forever (19,970 at once). What uvicorn 0.54 offers, and what fills the gaps:
+Before these limits (uvicorn's defaults, httptools parser) a huge header was buffered whole and stalled
+`/health/live`, a few at once took the process's memory up by gigabytes, and partial requests were held forever
+(docs/benchmarks.md, "Transport limits"). What uvicorn 0.54 offers, and what fills the gaps:
 
 - header size: only its h11 parser has a bound (`h11_max_incomplete_event_size`; past it uvicorn answers
-  400 and closes); httptools has none, so we run h11. Its cost, measured side by side on `/health/live`:
-  ~870 against ~520-630 µs of server CPU per request (1.4-1.7x for the cheapest request; a run costs
-  60-80 ms). Keeping httptools would mean counting head bytes in our own protocol subclass instead;
+  400 and closes); httptools has none, so we run h11. It costs more server CPU per request, which matters
+  for the cheapest requests only, not beside a run (docs/benchmarks.md, "HTTP parser"). Keeping httptools
+  would mean counting head bytes in our own protocol subclass instead;
 - idle keep-alive connections: `timeout_keep_alive`; connections and requests at once: `limit_concurrency`
   (past it uvicorn answers 503 itself, before the app);
 - header read timeout: uvicorn has none (its keep-alive timer starts only after a first response, and any

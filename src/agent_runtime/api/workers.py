@@ -1,7 +1,7 @@
 """WORKERS > 1: several server processes on one listening socket, so one service uses every core it is given.
 
-One process runs Python on about one core (the GIL); a full run costs ~45-90 ms of CPU, so a process saturates
-at ~12 runs/s while a second core idles (docs/benchmarks.md, "Workers"). Replicas behind a load balancer fix
+One process runs Python on about one core (the GIL), and a full run is CPU-bound, so a process saturates while a
+second core idles (docs/benchmarks.md, "Side by side with the peer"). Replicas behind a load balancer fix
 that too, but cost ops a port and a balancer per core; here the kernel spreads the connections.
 
 The parent binds the socket once, starts the embedded PostgreSQL if DATABASE_URL is unset (the workers share

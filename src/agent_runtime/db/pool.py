@@ -45,7 +45,7 @@ async def _keep_session_state(conn: asyncpg.Connection) -> None:
     """The pool's reset on release: nothing beyond asyncpg's own rollback of an unfinished transaction.
 
     asyncpg's default (`SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`) was half of a
-    run's statements (10 of 20). Nothing here leaves such state behind: no advisory locks (a house rule),
+    run's statements. Nothing here leaves such state behind: no advisory locks (a house rule),
     no cursors outside a transaction, LISTEN only on dedicated connections, and the one session setting we
     use (`agent_runtime.*`, the per-user limits) must survive: RESET ALL would erase them.
     """

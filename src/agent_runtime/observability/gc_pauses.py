@@ -1,10 +1,10 @@
 """How long CPython's cyclic garbage collector stops the process, by generation.
 
 A collection holds the GIL from start to end: the event loop, every CrewAI thread and every stream wait for
-it. Under load that is where most of the event-loop lag comes from (docs/benchmarks.md, "Where the lag comes
-from"): each run leaves ~2,000 objects in reference cycles (CrewAI's per-stage agent, executor and flow-method
-wrappers; LiteLLM's per-call HTTP objects), they outlive the young generations while the run lasts, and full
-collections then scan the objects of every run in flight, ~100-150 ms each with 32 runs in flight.
+it. Under load that is where most of the event-loop lag comes from: each run leaves objects in reference
+cycles (CrewAI's per-stage agent, executor and flow-method wrappers; LiteLLM's per-call HTTP objects), they
+outlive the young generations while the run lasts, and full collections then scan the objects of every run in
+flight (docs/benchmarks.md, "Where the lag comes from").
 
 The collector calls `gc.callbacks` in whichever thread triggered the collection, with the GIL held. So the
 callback only appends to a deque (atomic under the GIL, takes no lock: a lock held by the interrupted thread
@@ -20,7 +20,8 @@ from typing import Any
 
 from agent_runtime.observability import metrics
 
-# Pauses recorded between two drains (twice a second): ~150 collections per second under load. Past the bound
+# Pauses recorded between two drains (twice a second): young collections come by the hundred per second under
+# load (docs/benchmarks.md, "Where the lag comes from"). Past the bound
 # the oldest are dropped rather than memory growing if nothing drains (the sampler is not running).
 MAX_PENDING = 10_000
 

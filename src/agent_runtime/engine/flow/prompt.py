@@ -12,7 +12,7 @@ were, and adds only its own request after them:
 
 The system prompt is the same bytes for every call of a user's sessions: the policy, then the static texts of all
 three stages (agent role, goal and backstory, task description with its contract's JSON schema, expected output;
-~1,900 tokens, the same for every user), then the user's profile. The intent stage has no request of its own: the
+the same for every user), then the user's profile. The intent stage has no request of its own: the
 user's turn is the last message, as in a plain chat, so the next turn's first call repeats this one's input in full
 (the history ends with that turn) and pays full price only for the answer and the new message.
 

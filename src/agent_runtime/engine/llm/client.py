@@ -80,9 +80,9 @@ def _provider_chunks(stream: Any) -> Any:
 
     The call is still LiteLLM's (request building, auth, HTTP, SSE framing, the provider's chunk parser,
     in-band error chunks); only the wrapper is skipped. It rebuilds every chunk (a new ModelResponseStream,
-    hidden params, logging hooks) and the whole response at the end, none of which we use: 20.5 ms CPU
-    for a 45-chunk answer against 5.2 ms for the iterator it wraps (`scripts/bench/llm_overhead.py`);
-    it was over half of an agent run's CPU. What the wrapper added that we need is done here: usage is on the last
+    hidden params, logging hooks) and the whole response at the end, none of which we use, at several times
+    the CPU of the iterator it wraps; it was over half of an agent run's CPU (docs/benchmarks.md, "LLM overhead").
+    What the wrapper added that we need is done here: usage is on the last
     chunk either way, a missing finish reason is `StreamAccumulator.finish`'s error, and transport errors
     are mapped by `map_exception`. `tests/llm/test_llm_provider_stream.py` pins the attribute.
     """

@@ -45,7 +45,8 @@ def count_tokens(text: str) -> int:
 
 def _answer(messages: list[Any], optional_params: dict[str, Any]) -> DemoAnswer:
     wire = _MESSAGES.validate_python(messages)
-    # Offered with tool_choice "none" (every call carries the run's tools: runs/gateway.py), they cannot be called.
+    # Offered with tool_choice "none" (every call carries the run's tools: runs/gateway/gateway.py), they cannot
+    # be called.
     callable_tools = optional_params.get("tool_choice") != "none"
     tools = _TOOLS.validate_python(optional_params.get("tools") or []) if callable_tools else []
     response_format = optional_params.get("response_format")

@@ -8,8 +8,8 @@ the model. Cooldowns are off: the Router's cooldown would take a member out for 
 few 429s of other runs, where each call should get its own chance.
 
 The Router is used only on this path, never for a model's first attempts: it wraps every streamed response in
-its own stream (`router_rust/invoke/streaming.py`), measured at 38 ms of CPU per 45-chunk answer against 9 ms
-for the provider iterator `LLMClient` reads, which would be most of an agent run's CPU.
+its own stream (`router_rust/invoke/streaming.py`), at several times the CPU of the provider iterator
+`LLMClient` reads, which would be most of an agent run's CPU (docs/benchmarks.md, "LLM overhead").
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ _READONLY_WARNING = r"Items? .* on TypedDict class .* using the `ReadOnly` quali
 
 def load_litellm() -> ModuleType:
     # Without this LiteLLM fetches its price map from the network at import time (no network here,
-    # and a 4-8 s stall in production). It must be set before the first import anywhere.
+    # and a stall of seconds in production). It must be set before the first import anywhere.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     warnings.filterwarnings("ignore", message=_READONLY_WARNING, category=UserWarning)
     import litellm
@@ -54,8 +54,8 @@ def _no_response_cost(self: object, *args: object, **kwargs: object) -> None:
 
 def _skip_litellms_own_pricing() -> None:
     """LiteLLM prices every non-streamed call itself (`Logging.response_cost_calculator`, for the response's
-    hidden params and its logging callbacks): 3.4 % of a full run's GIL time in a py-spy profile; with
-    crewai_env's two cuts, -8 % CPU per full run (docs/crewai-notes.md). We register no LiteLLM callback and
+    hidden params and its logging callbacks), a cost we never read (docs/benchmarks.md, "Agent flow": the three
+    CPU cuts, with engine/flow/crewai/env.py's two). We register no LiteLLM callback and
     read no LiteLLM cost: engine/billing prices every call from its usage and our dated price list. None is what
     LiteLLM itself reports for a call it cannot price, so its callers handle it."""
     from litellm.litellm_core_utils.litellm_logging import Logging

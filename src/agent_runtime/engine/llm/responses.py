@@ -92,7 +92,7 @@ def _attr(obj: Any, name: str) -> Any:
 
 def _chunk_usage(chunk: Any) -> Any:
     # LiteLLM keeps a chunk's usage as a pydantic "extra" attribute that only the last chunk has; a plain
-    # getattr on the others goes through pydantic's failing __getattr__, ~10 us per chunk on a slow machine.
+    # getattr on the others goes through pydantic's failing __getattr__, which raises and catches per chunk.
     extra = getattr(chunk, "__pydantic_extra__", None)
     if extra is None:
         return getattr(chunk, "usage", None)

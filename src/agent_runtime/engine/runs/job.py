@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Started:
     run: StartedRun
-    # The plan the start statement took the session's pending turn for (turn_plan.py).
+    # The plan the start statement took the session's pending turn for (request/plan.py).
     plan: TurnPlan
 
 
@@ -40,7 +40,7 @@ class RunHandle:
 class RunJob:
     ctx: RequestContext
     started: StartedRun
-    # What the turn needs (its input, plan and event emitters: turn_runner.py).
+    # What the turn needs (its input, plan and event emitters: turn/runner.py).
     turn: TurnJob
     # The run's event log (where its AG-UI events go: agui_mapper.AguiStream.publish).
     log: RunEventLog

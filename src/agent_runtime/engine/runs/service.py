@@ -1,19 +1,11 @@
 """Runs: admitted, started atomically under a lease, executed in the background, streamed as AG-UI events.
 
-A run's life (README "Runs under load"):
-1. Admission, before anything else: this process's MAX_CONCURRENT_RUNS (`admission.py`, 429 `server_busy`,
-   503 `shutting_down` while draining); then one statement (`store.py`) moves the session to `running`
-   under this process's lease, checks the user's limit (429 `too_many_runs`, enforced by the database on
-   every replica) and stores the input messages. Nothing starts streaming unless all of it passed.
-2. The flow runs in its own task, not in the HTTP response: a client that disconnects does not stop it,
-   and the answer is still stored. The CrewAI part runs on the bounded threads of `flow/threads.py`.
-3. The end is one statement (rows, status, totals), retried on database errors; if it never gets through,
-   the lease expires and any replica's sweep records the run as lost (`leases.py`).
-4. Shutdown (`drain`): readiness and new runs are refused at once; runs in flight get
-   SHUTDOWN_GRACE_SECONDS, then end with RUN_ERROR `run_interrupted` in their stream (and a failed
-   session with the same error_id) before their connection closes.
-5. Every event goes into the run's event log (`event_log.py`, `event_hub.py`): numbered, stored, and
-   followed from any replica; a cancel (`cancel`) reaches the run wherever it runs.
+A run's life (docs/architecture.md, "Runs"): admission (`lease/admission.py`: MAX_CONCURRENT_RUNS, 429
+`server_busy`, 503 `shutting_down` while draining), then one start statement (`lease/store.py`) under this
+process's lease, before anything streams; the flow in its own task (a client that disconnects does not stop it),
+its CrewAI part on the threads of `flow/crewai/threads.py`; one end statement, retried, or the lease sweep
+(`lease/keeper.py`) records the run as lost; `drain` on shutdown; every event in the run's log (`events/log.py`,
+`events/hub.py`), followed from any replica, and a cancel that reaches the run wherever it runs.
 """
 
 from __future__ import annotations
@@ -147,7 +139,7 @@ class RunService:
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
-        (new threads come from `POST /v1/sessions`: ids cannot be probed); agui_input.py says what is taken."""
+        (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken."""
         request = await read_agui_input(ctx, agui_input, self._pending, server_tools=self._tools.names())
         return await self._start(ctx, request.session_id, request.run_input, request.thread)
 

@@ -1,6 +1,6 @@
 """The one place run events become AG-UI events (official `ag-ui-protocol` models), and their one exit.
 
-`to_agui` maps one protocol-neutral run event (run_events.py) to the AG-UI events that say it;
+`to_agui` maps one protocol-neutral run event (events/types.py) to the AG-UI events that say it;
 `AguiStream.publish` is the single function every AG-UI event of a run leaves through (a durable per-run
 event log attaches there), and `stream()` hands them to the HTTP response in order.
 """
@@ -229,7 +229,7 @@ def to_agui(event: RunEvent, *, thread_id: str, run_id: str) -> list[BaseEvent]:
 
 class AguiStream:
     """A run's AG-UI event stream: run events in (`emit`), AG-UI events out through `publish` into the run's
-    event log (`event_log.py`: numbered, stored, followed from any replica), read back with `stream()`."""
+    event log (`events/log.py`: numbered, stored, followed from any replica), read back with `stream()`."""
 
     def __init__(self, *, thread_id: str, run_id: str, log: RunEventLog) -> None:
         self.thread_id = thread_id

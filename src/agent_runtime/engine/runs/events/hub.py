@@ -1,4 +1,4 @@
-"""The process's run event logs, and following runs that run elsewhere (README "Resuming a stream").
+"""The process's run event logs, and following runs that run elsewhere (docs/api.md, "Resuming a stream").
 
 - The runs this process runs have their log in memory (`RunEventLog`); a follower here reads it there.
 - A run that runs on another replica (or has finished) is read from the stored log. The follower first asks

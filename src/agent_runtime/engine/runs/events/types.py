@@ -1,7 +1,7 @@
 """What a run says happened, independent of any wire protocol.
 
 The run (service, gateway, resume) emits these through `RunEvents` (engine/runs/events/emitter.py), which keeps
-their order valid; one mapper (`agui_mapper.py`) turns each into AG-UI events. A new kind of event is one
+their order valid; one mapper (`agui/mapper.py`) turns each into AG-UI events. A new kind of event is one
 model here and one case in the mapper.
 """
 
@@ -107,7 +107,7 @@ class ToolResultReady(_Event):
 
 
 class Notice(_Event):
-    """Out-of-band information for the client (AG-UI CUSTOM events; README lists every name)."""
+    """Out-of-band information for the client (AG-UI CUSTOM events; every name: docs/api.md, "A run's event stream")."""
 
     kind: Literal["notice"] = "notice"
     name: Literal["run_cost", "input_ignored"]
