@@ -1,19 +1,19 @@
 """The one place where CrewAI is configured for offline use, imported and tuned.
 
 CrewAI reads several environment variables at import time and at every flow start. Without them a
-flow start queries a package index for a version check, process exit waits ~12 s on a telemetry
+flow start queries a package index for a version check, process exit waits on a telemetry
 flush, telemetry replaces the SIGTERM/SIGINT handlers, and files land under the current directory's
 name in the user's data dir. So `configure_crewai_env(data_dir)` sets them (storage under
 `<data_dir>/crewai`) and records "tracing declined" before the first `import crewai`; `load_crewai`
-then imports it. The import takes ~10 s of CPU on a small machine, so it stays off the CLI's and the
-app factory's import path: `crew_llm` imports no CrewAI, `crew_flow` is imported lazily (after
+then imports it. The import costs seconds of CPU, so it stays off the CLI's and the
+app factory's import path: `llm.py` imports no CrewAI, `flow.py` is imported lazily (after
 `load_crewai`, or it refuses), and the run service warms both up off the event loop.
 
 Tuning applied once after the import (each one measured; see docs/crewai-notes.md):
 - CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
-- The agent executor's state class defined once instead of once per `Agent.kickoff` (~10 ms per stage).
+- The agent executor's state class defined once instead of once per `Agent.kickoff` (a pydantic class per stage).
 - Tool JSON schemas generated once per argument model, and flow listeners asked only about their own
-  conditions' methods (with litellm_import's skipped pricing: -8 % CPU per full run).
+  conditions' methods (measured with LiteLLM's skipped pricing: docs/crewai-notes.md).
 
 Which threads CrewAI runs on is `engine/flow/crewai/threads.py`'s business.
 """
@@ -74,7 +74,7 @@ def configure_crewai_env(data_dir: Path) -> Path:
 
 
 def load_crewai(data_dir: Path) -> ModuleType:
-    """Configure the environment, then import and tune CrewAI (slow: ~10 s CPU the first time)."""
+    """Configure the environment, then import and tune CrewAI (slow the first time)."""
     configure_crewai_env(data_dir)
     return _import_tuned_crewai()
 
@@ -101,9 +101,8 @@ def _import_tuned_crewai() -> ModuleType:
     if not _tuned:
         _quiet_console()
         _reuse_executor_state_class()
-        # With litellm_import's skipped pricing, measured together, interleaved run by run in one process
-        # (flow.py's runs, switched on and off between them, 120 of each, twice): a full run's CPU p50 -8.1 % and
-        # -7.5 %, a short one's -3.7 % and -3.3 %. One at a time, each was within that A/B's noise (2-6 %).
+        # Measured together with LiteLLM's skipped pricing, interleaved run by run (docs/crewai-notes.md): one at a
+        # time each is within the noise.
         _cache_tool_schemas()
         _skip_unrelated_listeners()
         _tuned = True
@@ -113,8 +112,8 @@ def _import_tuned_crewai() -> ModuleType:
 def _reuse_executor_state_class() -> None:
     # Every Agent.kickoff builds an AgentExecutor, itself a Flow[AgentExecutorState]. Because that state
     # class is not a FlowState subclass, Flow._create_initial_state defines a brand-new pydantic model
-    # class (`class StateWithId(FlowState, AgentExecutorState)`) on every construction: ~10 ms of CPU
-    # per stage, on the event-loop thread, ~35% of that thread's time with 20 concurrent runs. Defining
+    # class (`class StateWithId(FlowState, AgentExecutorState)`) on every construction: CPU per stage on the
+    # thread that builds it (docs/crewai-notes.md, "Worked around"). Defining
     # that combined class once and handing it to the executor as its state type takes CrewAI's cheap path
     # (`state_type()`); the executor replaces the state with a plain AgentExecutorState right after anyway.
     # (`FlowState.register(...)` would be tidier, but pydantic models ignore virtual subclasses.)
@@ -135,7 +134,7 @@ _SCHEMA_CACHE_SIZE = 256
 
 def _cache_tool_schemas() -> None:
     # Every kickoff turns each tool's argument model into a JSON schema twice (the native tool list, and the
-    # tool description text): pydantic's schema generation plus CrewAI's rewriting of it (2 % of a full
+    # tool description text): pydantic's schema generation plus CrewAI's rewriting of it (visible in a full
     # run's GIL time in a py-spy profile). It depends only on the class. Copies are handed out because
     # callers edit the result (`convert_tools_to_openai_schema` pops "title" and "description").
     schema_utils = importlib.import_module("crewai.utilities.pydantic_schema_utils")
@@ -161,9 +160,9 @@ def _cache_tool_schemas() -> None:
 
 
 def _skip_unrelated_listeners() -> None:
-    # When any flow method finishes, CrewAI asks every listener of the flow (~20 in each stage's AgentExecutor,
+    # When any flow method finishes, CrewAI asks every listener of the flow (a score in each stage's AgentExecutor,
     # itself a Flow) whether its condition is now met, and records the finished method in that listener's
-    # "seen" set first, through pydantic's slow private-attribute access (5 % of a full run's GIL time). A condition is
+    # "seen" set first, through pydantic's slow private-attribute access (visible in a GIL profile). A condition is
     # a method name or an and/or tree of them, so it can only become met when the finished method is one of
     # its names; for any other trigger the answer is "no", and the only effect skipped is an entry in that
     # listener's seen set that its condition never looks at (CrewAI uses the set nowhere else).
@@ -185,7 +184,7 @@ def _skip_unrelated_listeners() -> None:
 
 def _record_tracing_declined() -> None:
     # With no consent record in the storage dir CrewAI treats the process as a "first-time user" even
-    # with tracing disabled: its trace listener registers ~90 event handlers at import and collects the
+    # with tracing disabled: its trace listener registers dozens of event handlers at import and collects the
     # events of the first execution to offer uploading them to CrewAI's servers at the end. Record the
     # answer `crewai traces disable` would record, before crewai is imported. (crewai_core.user_data
     # does not import crewai.)

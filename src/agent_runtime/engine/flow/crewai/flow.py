@@ -119,7 +119,7 @@ class FlowDeps:
 class AgentFlow(Flow[AgentFlowState]):
     """One run. Build with `AgentFlow.for_run(state, deps)` on the event loop, then `await run()`."""
 
-    # Without this every Flow builds a LanceDB-backed memory (first build ~2 s, files under storage).
+    # Without this every Flow builds a LanceDB-backed memory (a slow first build, files under storage).
     _skip_auto_memory: bool = True
 
     _deps: FlowDeps | None = PrivateAttr(default=None)
@@ -144,7 +144,7 @@ class AgentFlow(Flow[AgentFlowState]):
         threads = self._require_deps().threads
         try:
             if threads is not None:
-                # Off the app's loop: 20 concurrent runs, loop lag p99 84 vs 156 ms (docs/crewai-notes.md).
+                # Off the app's loop, which then lags less under concurrent runs (docs/crewai-notes.md).
                 await threads.run(self.kickoff_async)
             else:
                 await self.kickoff_async()

@@ -4,8 +4,7 @@ CrewAI's agent executor is a Flow whose steps are sync functions, run with `asyn
 waits for a model call or a tool that runs on the app's event loop. Where those threads come from decides
 whether runs can starve each other. They used to share the loop's default executor with LiteLLM, which
 runs part of every `acompletion` there (`loop.run_in_executor(None, ...)`): past 64 runs in flight, every
-run waited for a thread that another waiting run held (100 runs at 0.5 s per model call: 36 finished, 64
-timed out; docs/threads.md). Now:
+run waited for a thread that another waiting run held, and most timed out (docs/threads.md). Now:
 
 - `crewai-flow` (one thread per run in flight): drives the run's CrewAI flow on a private event loop, so
   CrewAI's blocking bookkeeping (event-bus flushes, executor construction) stays off the app's loop.
@@ -19,9 +18,8 @@ the default executor that LiteLLM, DNS look-ups and `asyncio.to_thread` on the a
 CPU slots (`CREWAI_CPU_SLOTS`, default 1): how many of these threads, across all runs, may run Python at
 once. Without them, 64 runs starting together meant ~128 runnable threads taking turns at the GIL with the
 event loop, which then got about one turn in a hundred: requests, refusals, RUN_STARTED and SSE writes
-waited seconds (first event p99 at 200 runs at once 6.9-10.8 s; 429s in a burst of 500, sent by curl, up to
-3.3-6.1 s). With one slot the loop competes with one CrewAI thread at a time: 4.3-5.5 s and 1.5-2.2 s in the
-same runs, throughput unchanged (one GIL either way; docs/threads.md). A thread holds its slot only while it
+waited seconds. With one slot the loop competes with one CrewAI thread at a time, and throughput is unchanged
+(one GIL either way; measured in docs/benchmarks.md, linked from docs/threads.md). A thread holds its slot only while it
 runs CrewAI code: a flow thread gives it back whenever its private loop waits (`_SlotSelector`), a step
 thread while it waits for the app's loop (`waiting_for_the_loop`, around every model call and tool) and at
 the end of its step. No thread of ours waits for a slot while holding one, or while holding anything the app's
