@@ -11,7 +11,7 @@ from tests.conftest import User
 
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.runs.events.store import LOST_RUN_SEQ
+from agent_runtime.engine.runs.events.repository import LOST_RUN_SEQ
 from agent_runtime.engine.runs.lease.store import RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
