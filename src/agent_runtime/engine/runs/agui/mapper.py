@@ -67,6 +67,13 @@ from agent_runtime.engine.runs.events.types import (
     ToolCallRequested,
     ToolResultReady,
 )
+from agent_runtime.engine.runs.lease.repository import (
+    ERROR_CODE_SLOT,
+    ERROR_ID_SLOT,
+    RUN_ID_SLOT,
+    THREAD_ID_SLOT,
+    LogEndings,
+)
 
 INTERRUPT_REASON = "tool_approval"
 
@@ -225,6 +232,24 @@ def _(event: RunFailed, run: _Run) -> list[BaseEvent]:
 def to_agui(event: RunEvent, *, thread_id: str, run_id: str) -> list[BaseEvent]:
     """The AG-UI events for one run event (one small handler per event type above)."""
     return _map(event, _Run(thread_id=thread_id, run_id=run_id))
+
+
+def _terminal_json(event: RunFinished | RunFailed, *, thread_id: str = "", run_id: str = "") -> str:
+    """The stored JSON of a terminal event, as the run's log writes it (`RunEventLog.append`)."""
+    (terminal,) = to_agui(event, thread_id=thread_id, run_id=run_id)
+    return terminal.model_dump_json(by_alias=True)
+
+
+def log_endings() -> LogEndings:
+    """The terminal events the lease sweep and the log repair store for runs whose process died (`RunStore`),
+    with the slots their statements fill per run."""
+    return LogEndings(
+        lost=_terminal_json(
+            RunFailed(code="run_lost", message=f"the run was lost: its server stopped (error_id {ERROR_ID_SLOT})")
+        ),
+        failed=_terminal_json(RunFailed(code=ERROR_CODE_SLOT, message=f"the run failed (error_id {ERROR_ID_SLOT})")),
+        finished=_terminal_json(RunFinished(), thread_id=THREAD_ID_SLOT, run_id=RUN_ID_SLOT),
+    )
 
 
 class AguiStream:

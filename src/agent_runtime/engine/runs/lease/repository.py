@@ -149,8 +149,29 @@ RETURNING run_id,
 """
 
 
+class LogEndings(BaseModel):
+    """The terminal events the sweep and the log repair store for runs whose process died, as the AG-UI JSON
+    the event mapper writes (`engine/runs/agui/mapper.py`, `log_endings`), with slots each statement fills per
+    run: so that these logs end in the same words and shape as every other run's, and no event is written
+    in SQL."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lost: str = Field(description="RUN_ERROR `run_lost`, with ERROR_ID_SLOT.")
+    failed: str = Field(description="RUN_ERROR of a failed run, with ERROR_CODE_SLOT and ERROR_ID_SLOT.")
+    finished: str = Field(description="RUN_FINISHED, with THREAD_ID_SLOT and RUN_ID_SLOT.")
+
+
+# What fills a slot needs no JSON escaping: error ids are hex (uuid4().hex, or the sweep's below) and run and
+# session ids are uuids. An error code is any text: its slot is a whole JSON string, replaced by `to_json`.
+ERROR_ID_SLOT = "@error_id@"
+ERROR_CODE_SLOT = "@error_code@"
+THREAD_ID_SLOT = "@thread_id@"
+RUN_ID_SLOT = "@run_id@"
+
 # Not scoped by user: the sweep is the system recovering every user's runs whose process died, and it
 # returns nothing to any caller. SKIP LOCKED lets several replicas sweep at once without waiting on each other.
+# $1 the batch size, $2 LogEndings.lost
 SWEEP_SQL = f"""
 WITH expired AS (
     SELECT id, replace(gen_random_uuid()::text, '-', '') AS error_id FROM agent_chat_sessions
@@ -172,9 +193,7 @@ WITH expired AS (
 ), lost_events AS (
     -- The stream's end, for whoever resumes it (the process that would have written one is gone).
     INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
-    SELECT id, {LOST_RUN_SEQ}, user_id, json_build_object(
-               'type', 'RUN_ERROR', 'code', 'run_lost',
-               'message', 'the run was lost: its server stopped (error_id ' || error_id || ')')::text, true
+    SELECT id, {LOST_RUN_SEQ}, user_id, replace($2::text, '{ERROR_ID_SLOT}', error_id), true
       FROM runs
     ON CONFLICT (run_id, seq) DO NOTHING
 )
@@ -184,7 +203,8 @@ SELECT l.session_id, l.user_id, l.run_id, l.error_id, pg_notify('{EVENTS_CHANNEL
 
 # A run that finished but whose process died before its terminal event was stored (a moment's window):
 # its log gets an ending too, so that a resumed stream never waits forever. Grace: the owner writes it
-# within milliseconds when alive.
+# within milliseconds when alive. Not scoped by user either, for the sweep's reasons.
+# $1 the batch size, $2 the grace in seconds, $3 LogEndings.failed, $4 LogEndings.finished
 REPAIR_SQL = f"""
 WITH incomplete AS (
     SELECT id, user_id, session_id, status, error_code, error_id FROM agent_runs
@@ -196,11 +216,11 @@ WITH incomplete AS (
 ), ins AS (
     INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
     SELECT i.id, {LOST_RUN_SEQ}, i.user_id, CASE
-               WHEN i.status = 'failed' THEN json_build_object(
-                   'type', 'RUN_ERROR', 'code', i.error_code,
-                   'message', 'the run failed (error_id ' || i.error_id || ')')
-               ELSE json_build_object('type', 'RUN_FINISHED', 'threadId', i.session_id, 'runId', i.id)
-           END::text, true
+               WHEN i.status = 'failed'
+               THEN replace(replace($3::text, '"{ERROR_CODE_SLOT}"', to_json(i.error_code)::text),
+                            '{ERROR_ID_SLOT}', i.error_id)
+               ELSE replace(replace($4::text, '{THREAD_ID_SLOT}', i.session_id::text), '{RUN_ID_SLOT}', i.id::text)
+           END, true
       FROM incomplete i
     ON CONFLICT (run_id, seq) DO NOTHING
 )

@@ -41,6 +41,7 @@ from agent_runtime.engine.runs.lease.repository import (
     START_SQL,
     SWEEP_SQL,
     FinishRecord,
+    LogEndings,
     StartRecord,
 )
 from agent_runtime.engine.sessions.models import Session
@@ -116,10 +117,12 @@ class RunIdTakenError(Exception):
 
 
 class RunStore:
-    def __init__(self, pool: asyncpg.Pool, *, owner: str, lease_seconds: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, owner: str, lease_seconds: float, endings: LogEndings) -> None:
+        """`endings`: how the sweep and the log repair end the logs of runs whose process died."""
         self._pool = pool
         self.owner = owner
         self._lease_seconds = lease_seconds
+        self._endings = endings
 
     async def start(
         self,
@@ -244,7 +247,7 @@ class RunStore:
     async def sweep(self) -> list[LostRun]:
         """Fail every run whose lease expired (its process died or stopped renewing): `run_lost`, also as the
         last event of its log."""
-        rows = await self._pool.fetch(SWEEP_SQL, _SWEEP_BATCH)
+        rows = await self._pool.fetch(SWEEP_SQL, _SWEEP_BATCH, self._endings.lost)
         return [
             LostRun(session_id=r["session_id"], user_id=r["user_id"], run_id=r["run_id"], error_id=r["error_id"])
             for r in rows
@@ -252,7 +255,10 @@ class RunStore:
 
     async def repair_logs(self, *, grace_seconds: float) -> int:
         """End the logs of finished runs whose terminal event was never stored; returns how many."""
-        return len(await self._pool.fetch(REPAIR_SQL, _SWEEP_BATCH, grace_seconds))
+        rows = await self._pool.fetch(
+            REPAIR_SQL, _SWEEP_BATCH, grace_seconds, self._endings.failed, self._endings.finished
+        )
+        return len(rows)
 
     async def expire_events(self, *, retention_seconds: float) -> None:
         """Delete the events of runs that finished more than `retention_seconds` ago (a batch per call)."""
