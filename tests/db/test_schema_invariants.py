@@ -20,6 +20,7 @@ from agent_runtime.db.pool import create_pool
 from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
@@ -135,7 +136,7 @@ async def test_a_user_has_at_most_the_configured_runs_in_progress(
     replica puts on its connections; here a pool of its own with a limit of 2."""
     pool = await create_pool(database_url, min_size=1, max_size=2, quotas=UserQuotas(max_runs_per_user=2))
     try:
-        store = RunStore(pool, owner="limit-test", lease_seconds=30)
+        store = RunStore(pool, owner="limit-test", lease_seconds=30, endings=log_endings())
         user, other = make_user(), make_user()
         turn = [NewMessage(role="user", content="hi", metadata=UserInputMetadata())]
         sessions = [(await engine.sessions.create(user.ctx, SessionCreate())).id for _ in range(3)]

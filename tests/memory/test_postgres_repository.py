@@ -165,11 +165,11 @@ async def test_window_read_touches_only_the_window(engine: RuntimeEngine, user: 
     for i in range(2_499):
         batch += [AssistantMessage(content=f"a{i}"), AssistantMessage(content=f"b{i}")]
     await repo.append(cid, batch)
-    from agent_runtime.engine.memory.postgres import _WINDOW_SQL
+    from agent_runtime.engine.memory.repository import WINDOW_SQL
 
     async with db_pool.acquire() as conn:
         await conn.execute("ANALYZE agent_chat_messages")
-        raw = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {_WINDOW_SQL}", cid, user.id, 20)
+        raw = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {WINDOW_SQL}", cid, user.id, 20)
         plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
     total = await engine.pool.fetchval("SELECT count(*) FROM agent_chat_messages WHERE session_id = $1::uuid", cid)
     assert total == 5_000

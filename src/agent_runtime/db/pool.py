@@ -68,3 +68,9 @@ async def create_pool(
     )
     assert pool is not None
     return pool
+
+
+async def ping(pool: asyncpg.Pool, *, within_seconds: float) -> bool:
+    """Whether the database answers in time; raises what asyncpg raises when it cannot (TimeoutError too)."""
+    answer: int | None = await pool.fetchval("SELECT 1", timeout=within_seconds)
+    return answer == 1

@@ -9,7 +9,7 @@ import asyncpg
 
 from agent_runtime.db.embedded import EmbeddedPostgres
 from agent_runtime.db.migrations import apply_migrations
-from agent_runtime.db.pool import create_pool
+from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
 from agent_runtime.engine.llm.call_builder import litellm_model_id
@@ -49,8 +49,7 @@ class RuntimeEngine:
 
     async def is_ready(self) -> bool:
         try:
-            answer: int | None = await self.pool.fetchval("SELECT 1", timeout=2)
-            return answer == 1
+            return await ping(self.pool, within_seconds=2)
         except (OSError, asyncpg.PostgresError, TimeoutError):
             return False
 

@@ -14,6 +14,7 @@ from tests.runs.conftest import MakeHarness, intent_direct, run_error_id, types,
 
 from agent_runtime.engine.messages.metadata import UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.lease.store import RunStore
 
 EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
@@ -34,7 +35,7 @@ async def test_a_run_whose_lease_was_taken_over_stops_calling_the_model_and_ends
 
         # This process stalled past its lease, and another replica's sweep took the session over.
         await h.engine.pool.execute(EXPIRE, UUID(sid))
-        other_replica = RunStore(h.engine.pool, owner="another-replica", lease_seconds=30)
+        other_replica = RunStore(h.engine.pool, owner="another-replica", lease_seconds=30, endings=log_endings())
         (swept,) = [r for r in await other_replica.sweep() if r.session_id == UUID(sid)]
         await h.engine.runs.leases.renew_once()  # the renewal finds the lease gone
         async with asyncio.timeout(30):
@@ -55,7 +56,7 @@ async def test_a_session_whose_runs_process_died_runs_again_without_waiting_for_
         await h.engine.runs.leases.stop()
         user = make_user()
         sid = await h.new_session(user)
-        dead_replica = RunStore(h.engine.pool, owner="a-dead-replica", lease_seconds=30)
+        dead_replica = RunStore(h.engine.pool, owner="a-dead-replica", lease_seconds=30, endings=log_endings())
         turn = [NewMessage(role="user", content="lost", metadata=UserInputMetadata())]
         gone = await dead_replica.start(user.ctx, UUID(sid), uuid4(), turn)
         assert gone is not None

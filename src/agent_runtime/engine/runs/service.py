@@ -34,7 +34,7 @@ from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.agui.input import read_agui_input
-from agent_runtime.engine.runs.agui.mapper import AguiStream
+from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.hub import RunEventHub, run_not_found
 from agent_runtime.engine.runs.events.log import LoggedEvent
@@ -91,7 +91,9 @@ class RunService:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
         self.admission = Admission(settings.max_concurrent_runs)
-        self.store = RunStore(pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds)
+        self.store = RunStore(
+            pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds, endings=log_endings()
+        )
         self._threads = FlowThreads(settings.max_concurrent_runs, cpu_slots=settings.crewai_cpu_slots)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(

@@ -1,16 +1,16 @@
 """The one place run events become AG-UI events (official `ag-ui-protocol` models), and their one exit.
 
-`to_agui` maps one protocol-neutral run event (events/types.py) to the AG-UI events that say it;
-`AguiStream.publish` is the single function every AG-UI event of a run leaves through (a durable per-run
-event log attaches there), and `stream()` hands them to the HTTP response in order.
+`to_agui` maps one protocol-neutral run event (`events/types.py`) to the AG-UI events that say it, and
+`log_endings` writes the ends the lease sweep stores for runs whose process died; `AguiStream.publish` is the
+single function every AG-UI event of a run leaves through (a durable per-run event log attaches there), and
+`stream()` hands them to the HTTP response in order.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from functools import singledispatch
+from typing import assert_never
 
 from ag_ui.core import (
     BaseEvent,
@@ -67,6 +67,13 @@ from agent_runtime.engine.runs.events.types import (
     ToolCallRequested,
     ToolResultReady,
 )
+from agent_runtime.engine.runs.lease.repository import (
+    ERROR_CODE_SLOT,
+    ERROR_ID_SLOT,
+    RUN_ID_SLOT,
+    THREAD_ID_SLOT,
+    LogEndings,
+)
 
 INTERRUPT_REASON = "tool_approval"
 
@@ -120,80 +127,62 @@ def _finished(event: RunFinished, thread_id: str, run_id: str) -> RunFinishedEve
     )
 
 
-@dataclass(frozen=True)
-class _Run:
-    thread_id: str
-    run_id: str
+def _lifecycle(event: RunStarted | RunFinished | RunFailed, thread_id: str, run_id: str) -> BaseEvent:
+    match event:
+        case RunStarted():
+            return RunStartedEvent(thread_id=thread_id, run_id=run_id)
+        case RunFinished():
+            return _finished(event, thread_id, run_id)
+        case RunFailed():
+            return RunErrorEvent(code=event.code, message=event.message)
+        case _:
+            assert_never(event)
 
 
-@singledispatch
-def _map(event: object, run: _Run) -> list[BaseEvent]:
-    raise TypeError(f"no AG-UI mapping for {type(event).__name__}")
+def _state(event: MessagesSnapshot | StateSnapshot | StateDelta) -> BaseEvent:
+    match event:
+        case MessagesSnapshot():
+            return MessagesSnapshotEvent(messages=[message_to_agui(m) for m in event.messages])
+        case StateSnapshot():
+            return StateSnapshotEvent(snapshot=event.state)
+        case StateDelta():
+            return StateDeltaEvent(delta=[o.model_dump() for o in event.operations])
+        case _:
+            assert_never(event)
 
 
-@_map.register
-def _(event: RunStarted, run: _Run) -> list[BaseEvent]:
-    return [RunStartedEvent(thread_id=run.thread_id, run_id=run.run_id)]
+def _text(event: TextStarted | TextDelta | TextEnded) -> BaseEvent:
+    match event:
+        case TextStarted():
+            return TextMessageStartEvent(message_id=event.message_id, role="assistant")
+        case TextDelta():
+            return TextMessageContentEvent(message_id=event.message_id, delta=event.text)
+        case TextEnded():
+            return TextMessageEndEvent(message_id=event.message_id)
+        case _:
+            assert_never(event)
 
 
-@_map.register
-def _(event: MessagesSnapshot, run: _Run) -> list[BaseEvent]:
-    return [MessagesSnapshotEvent(messages=[message_to_agui(m) for m in event.messages])]
-
-
-@_map.register
-def _(event: StateSnapshot, run: _Run) -> list[BaseEvent]:
-    return [StateSnapshotEvent(snapshot=event.state)]
-
-
-@_map.register
-def _(event: StateDelta, run: _Run) -> list[BaseEvent]:
-    return [StateDeltaEvent(delta=[o.model_dump() for o in event.operations])]
-
-
-@_map.register
-def _(event: StageStarted, run: _Run) -> list[BaseEvent]:
-    return [StepStartedEvent(step_name=event.stage)]
-
-
-@_map.register
-def _(event: StageFinished, run: _Run) -> list[BaseEvent]:
-    return [StepFinishedEvent(step_name=event.stage)]
-
-
-@_map.register
-def _(event: TextStarted, run: _Run) -> list[BaseEvent]:
-    return [TextMessageStartEvent(message_id=event.message_id, role="assistant")]
-
-
-@_map.register
-def _(event: TextDelta, run: _Run) -> list[BaseEvent]:
-    return [TextMessageContentEvent(message_id=event.message_id, delta=event.text)]
-
-
-@_map.register
-def _(event: TextEnded, run: _Run) -> list[BaseEvent]:
-    return [TextMessageEndEvent(message_id=event.message_id)]
-
-
-@_map.register
-def _(event: ReasoningStarted, run: _Run) -> list[BaseEvent]:
+def _reasoning(event: ReasoningStarted | ReasoningDelta | ReasoningEnded) -> list[BaseEvent]:
     # One reasoning span per reasoning message: the span and the message share the id.
-    return [ReasoningStartEvent(message_id=event.message_id), ReasoningMessageStartEvent(message_id=event.message_id)]
+    match event:
+        case ReasoningStarted():
+            return [
+                ReasoningStartEvent(message_id=event.message_id),
+                ReasoningMessageStartEvent(message_id=event.message_id),
+            ]
+        case ReasoningDelta():
+            return [ReasoningMessageContentEvent(message_id=event.message_id, delta=event.text)]
+        case ReasoningEnded():
+            return [
+                ReasoningMessageEndEvent(message_id=event.message_id),
+                ReasoningEndEvent(message_id=event.message_id),
+            ]
+        case _:
+            assert_never(event)
 
 
-@_map.register
-def _(event: ReasoningDelta, run: _Run) -> list[BaseEvent]:
-    return [ReasoningMessageContentEvent(message_id=event.message_id, delta=event.text)]
-
-
-@_map.register
-def _(event: ReasoningEnded, run: _Run) -> list[BaseEvent]:
-    return [ReasoningMessageEndEvent(message_id=event.message_id), ReasoningEndEvent(message_id=event.message_id)]
-
-
-@_map.register
-def _(event: ToolCallRequested, run: _Run) -> list[BaseEvent]:
+def _tool_call(event: ToolCallRequested) -> list[BaseEvent]:
     call_id = event.tool_call_id
     parent = event.parent_message_id
     start = ToolCallStartEvent(tool_call_id=call_id, tool_call_name=event.name, parent_message_id=parent)
@@ -201,30 +190,51 @@ def _(event: ToolCallRequested, run: _Run) -> list[BaseEvent]:
     return [start, *args, ToolCallEndEvent(tool_call_id=call_id)]
 
 
-@_map.register
-def _(event: ToolResultReady, run: _Run) -> list[BaseEvent]:
-    call_id = event.tool_call_id
-    return [ToolCallResultEvent(message_id=event.message_id, tool_call_id=call_id, content=event.content, role="tool")]
-
-
-@_map.register
-def _(event: Notice, run: _Run) -> list[BaseEvent]:
-    return [CustomEvent(name=event.name, value=event.value)]
-
-
-@_map.register
-def _(event: RunFinished, run: _Run) -> list[BaseEvent]:
-    return [_finished(event, run.thread_id, run.run_id)]
-
-
-@_map.register
-def _(event: RunFailed, run: _Run) -> list[BaseEvent]:
-    return [RunErrorEvent(code=event.code, message=event.message)]
-
-
 def to_agui(event: RunEvent, *, thread_id: str, run_id: str) -> list[BaseEvent]:
-    """The AG-UI events for one run event (one small handler per event type above)."""
-    return _map(event, _Run(thread_id=thread_id, run_id=run_id))
+    """The AG-UI events for one run event. `match` over the whole `RunEvent` union, each family in a small
+    function of its own, ending in `assert_never`: an event type without a case fails mypy, not a run."""
+    match event:
+        case RunStarted() | RunFinished() | RunFailed():
+            return [_lifecycle(event, thread_id, run_id)]
+        case MessagesSnapshot() | StateSnapshot() | StateDelta():
+            return [_state(event)]
+        case StageStarted():
+            return [StepStartedEvent(step_name=event.stage)]
+        case StageFinished():
+            return [StepFinishedEvent(step_name=event.stage)]
+        case TextStarted() | TextDelta() | TextEnded():
+            return [_text(event)]
+        case ReasoningStarted() | ReasoningDelta() | ReasoningEnded():
+            return _reasoning(event)
+        case ToolCallRequested():
+            return _tool_call(event)
+        case ToolResultReady():
+            return [
+                ToolCallResultEvent(
+                    message_id=event.message_id, tool_call_id=event.tool_call_id, content=event.content, role="tool"
+                )
+            ]
+        case Notice():
+            return [CustomEvent(name=event.name, value=event.value)]
+        case _:
+            assert_never(event)
+
+
+def _terminal_json(event: RunFinished | RunFailed, *, thread_id: str = "", run_id: str = "") -> str:
+    """The stored JSON of a terminal event, as the run's log writes it (`RunEventLog.append`)."""
+    return _lifecycle(event, thread_id, run_id).model_dump_json(by_alias=True)
+
+
+def log_endings() -> LogEndings:
+    """The terminal events the lease sweep and the log repair store for runs whose process died (`RunStore`),
+    with the slots their statements fill per run."""
+    return LogEndings(
+        lost=_terminal_json(
+            RunFailed(code="run_lost", message=f"the run was lost: its server stopped (error_id {ERROR_ID_SLOT})")
+        ),
+        failed=_terminal_json(RunFailed(code=ERROR_CODE_SLOT, message=f"the run failed (error_id {ERROR_ID_SLOT})")),
+        finished=_terminal_json(RunFinished(), thread_id=THREAD_ID_SLOT, run_id=RUN_ID_SLOT),
+    )
 
 
 class AguiStream:

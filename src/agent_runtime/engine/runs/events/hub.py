@@ -23,7 +23,8 @@ import asyncpg
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError, NotFoundError
 from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
-from agent_runtime.engine.runs.events.store import CONTROL_CHANNEL, EVENTS_CHANNEL, EventStore, RunLogPage
+from agent_runtime.engine.runs.events.repository import CONTROL_CHANNEL, EVENTS_CHANNEL
+from agent_runtime.engine.runs.events.store import EventStore, RunLogPage
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A run's life in the database: start, finish, lease renewal and the sweep; one statement each.
+"""A run's life in the database: start, finish, lease renewal and the sweep; one statement each (`repository.py`).
 
 A full run used to issue 20 statements (11 of ours, the rest asyncpg's reset-on-release). Now the
 start is one statement (session to `running` with its lease, the run row, the input messages, the
@@ -24,160 +24,37 @@ from pydantic import BaseModel, Field, JsonValue
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.repository import INSERT_ROWS_SQL, incoming_rows_sql
+from agent_runtime.engine.messages.repository import SESSION_OWNED_SQL
 from agent_runtime.engine.messages.store import MessageBatch, insert_messages
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.repository import row_to_profile
 from agent_runtime.engine.profiles.service import default_profile
 from agent_runtime.engine.quotas import quota_error
-from agent_runtime.engine.runs.events.store import EVENTS_CHANNEL, LOST_RUN_SEQ
+from agent_runtime.engine.runs.lease.repository import (
+    COUNT_SQL,
+    EXPIRE_SQL,
+    FINISH_SQL,
+    LIST_SQL,
+    RENEW_SQL,
+    REPAIR_SQL,
+    START_SQL,
+    SWEEP_SQL,
+    FinishRecord,
+    LogEndings,
+    StartRecord,
+)
 from agent_runtime.engine.sessions.models import Session
-from agent_runtime.engine.sessions.repository import SESSION_COLUMNS, row_to_session
+from agent_runtime.engine.sessions.repository import row_to_session
 from agent_runtime.engine.usage.models import UsageTotals
-from agent_runtime.engine.usage.repository import SUMS, totals_of
+from agent_runtime.engine.usage.repository import totals_of
 from agent_runtime.engine.usage.service import run_totals
 from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)
 
 
-_START_SQL = f"""
-WITH started AS (
-    UPDATE agent_chat_sessions
-       SET status = 'running', run_id = $3::uuid, run_started_at = now(), error_id = NULL, updated_at = now(),
-           lease_owner = $4, lease_expires_at = now() + make_interval(secs => $5),
-           next_seq = next_seq + $6, next_audit_seq = next_audit_seq - $7, title = COALESCE(title, $8),
-           state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $3::text,
-                                                                 'error_id', NULL),
-           pending_turn = NULL, client_state = COALESCE($19::jsonb, client_state)
-     WHERE id = $1 AND user_id = $2 AND status <> 'running'
-       -- The run was planned against this pending turn (engine/runs/request/pending.py), or none: it takes it.
-       AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $18::text
-    RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state
-), run AS (
-    INSERT INTO agent_runs (id, session_id, user_id) SELECT $3::uuid, id, $2 FROM started
-), inserted AS (
-    {INSERT_ROWS_SQL}
-    FROM {incoming_rows_sql(9)} CROSS JOIN started c
-)
-SELECT s.*, (SELECT to_jsonb(p) FROM profiles p WHERE p.user_id = $2) AS profile FROM started s
-"""
-
-_FINISH_SQL = f"""
-WITH c AS (
-    UPDATE agent_chat_sessions
-       SET status = $4::text, error_id = $5::text, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           next_seq = next_seq + $7, next_audit_seq = next_audit_seq - $8, pending_turn = $20::jsonb,
-           state_snapshot = state_snapshot || jsonb_build_object('status', $4::text, 'run_id', $3::text,
-                                                                 'error_id', $5::text)
-     WHERE id = $1 AND user_id = $2 AND run_id = $3::uuid AND status = 'running'
-    RETURNING next_seq - $7 AS first_seq, next_audit_seq + $8 AS first_audit_seq, billing_currency
-), run AS (
-    UPDATE agent_runs SET status = $19::text, error_code = $6::text, error_id = $5::text, finished_at = now()
-     WHERE id = $3::uuid AND user_id = $2 AND status = 'running' AND EXISTS (SELECT 1 FROM c)
-), ins AS (
-    {INSERT_ROWS_SQL}
-    FROM {incoming_rows_sql(10)} CROSS JOIN c
-    RETURNING input_tokens, output_tokens, cost, metadata
-), m AS (
-    -- This run's rows: those just inserted, and those it wrote before (tool rows), which are the visible
-    -- rows after its first input row (a session runs one run at a time, and `c` proves it still is ours).
-    SELECT input_tokens, output_tokens, cost, metadata FROM ins
-    UNION ALL
-    SELECT input_tokens, output_tokens, cost, metadata FROM agent_chat_messages
-     WHERE session_id = $1 AND user_id = $2 AND seq > $9 AND EXISTS (SELECT 1 FROM c)
-)
-SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost_source'
-"""
-
-_RENEW_SQL = """
-UPDATE agent_chat_sessions s SET lease_expires_at = now() + make_interval(secs => $2)
- WHERE (id, user_id, run_id) IN (SELECT * FROM unnest($3::uuid[], $4::uuid[], $5::uuid[]))
-   AND status = 'running' AND lease_owner = $1 AND lease_expires_at > now()
-RETURNING run_id,
-          EXISTS (SELECT 1 FROM agent_runs r
-                   WHERE r.id = s.run_id AND r.user_id = s.user_id AND r.cancel_requested_at IS NOT NULL) AS cancel
-"""
-
-# Not scoped by user: the sweep is the system recovering every user's runs whose process died, and it
-# returns nothing to any caller. SKIP LOCKED lets several replicas sweep at once without waiting on each other.
-_SWEEP_SQL = f"""
-WITH expired AS (
-    SELECT id, replace(gen_random_uuid()::text, '-', '') AS error_id FROM agent_chat_sessions
-     WHERE status = 'running' AND lease_expires_at < now()
-     ORDER BY lease_expires_at LIMIT $1
-       FOR UPDATE SKIP LOCKED
-), lost AS (
-    UPDATE agent_chat_sessions s
-       SET status = 'failed', error_id = e.error_id, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           state_snapshot = s.state_snapshot || jsonb_build_object('status', 'failed', 'run_id', s.run_id::text,
-                                                                   'error_id', e.error_id)
-      FROM expired e WHERE s.id = e.id
-    RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id
-), runs AS (
-    UPDATE agent_runs r
-       SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true
-      FROM lost l WHERE r.id = l.run_id AND r.user_id = l.user_id AND r.status = 'running'
-    RETURNING r.id, r.user_id, r.error_id
-), lost_events AS (
-    -- The stream's end, for whoever resumes it (the process that would have written one is gone).
-    INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
-    SELECT id, {LOST_RUN_SEQ}, user_id, json_build_object(
-               'type', 'RUN_ERROR', 'code', 'run_lost',
-               'message', 'the run was lost: its server stopped (error_id ' || error_id || ')')::text, true
-      FROM runs
-    ON CONFLICT (run_id, seq) DO NOTHING
-)
-SELECT l.session_id, l.user_id, l.run_id, l.error_id, pg_notify('{EVENTS_CHANNEL}', l.run_id::text) IS NULL AS woke
-  FROM lost l
-"""
-
-# A run that finished but whose process died before its terminal event was stored (a moment's window):
-# its log gets an ending too, so that a resumed stream never waits forever. Grace: the owner writes it
-# within milliseconds when alive.
-_REPAIR_SQL = f"""
-WITH incomplete AS (
-    SELECT id, user_id, session_id, status, error_code, error_id FROM agent_runs
-     WHERE NOT log_complete AND status <> 'running' AND finished_at < now() - make_interval(secs => $2)
-     ORDER BY finished_at LIMIT $1
-       FOR UPDATE SKIP LOCKED
-), closed AS (
-    UPDATE agent_runs r SET log_complete = true FROM incomplete i WHERE r.id = i.id RETURNING r.id
-), ins AS (
-    INSERT INTO agent_run_events (run_id, seq, user_id, data, terminal)
-    SELECT i.id, {LOST_RUN_SEQ}, i.user_id, CASE
-               WHEN i.status = 'failed' THEN json_build_object(
-                   'type', 'RUN_ERROR', 'code', i.error_code,
-                   'message', 'the run failed (error_id ' || i.error_id || ')')
-               ELSE json_build_object('type', 'RUN_FINISHED', 'threadId', i.session_id, 'runId', i.id)
-           END::text, true
-      FROM incomplete i
-    ON CONFLICT (run_id, seq) DO NOTHING
-)
-SELECT id, pg_notify('{EVENTS_CHANNEL}', id::text) IS NULL AS woke FROM closed
-"""
-
-# Retention: the events of runs that finished long enough ago; the run rows (history, error ids) stay.
-_EXPIRE_SQL = """
-WITH old AS (
-    UPDATE agent_runs SET events_expired = true
-     WHERE id IN (SELECT id FROM agent_runs
-                   WHERE NOT events_expired AND finished_at < now() - make_interval(secs => $1)
-                   ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-    RETURNING id, user_id
-)
-DELETE FROM agent_run_events e USING old WHERE e.run_id = old.id AND e.user_id = old.user_id
-"""
 _SWEEP_BATCH = 500
-
-
-_LIST_SQL = """
-SELECT r.id, r.status, r.error_code, r.error_id, r.created_at, r.finished_at, count(*) OVER () AS total
-  FROM agent_runs r
- WHERE r.session_id = $1 AND r.user_id = $2
- ORDER BY r.created_at DESC, r.id DESC LIMIT $3 OFFSET $4
-"""
 
 
 class RunSummary(BaseModel):
@@ -240,10 +117,12 @@ class RunIdTakenError(Exception):
 
 
 class RunStore:
-    def __init__(self, pool: asyncpg.Pool, *, owner: str, lease_seconds: float) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, owner: str, lease_seconds: float, endings: LogEndings) -> None:
+        """`endings`: how the sweep and the log repair end the logs of runs whose process died."""
         self._pool = pool
         self.owner = owner
         self._lease_seconds = lease_seconds
+        self._endings = endings
 
     async def start(
         self,
@@ -267,20 +146,20 @@ class RunStore:
         """
         batch = MessageBatch(messages)
         try:
-            row = await self._pool.fetchrow(
-                _START_SQL,
-                session_id,
-                ctx.user_id,
-                run_id,
-                self.owner,
-                self._lease_seconds,
-                batch.visible,
-                batch.audit,
-                batch.title,
-                *batch.arrays(),
-                pending_id,
-                client_state,
+            record = StartRecord(
+                session_id=session_id,
+                user_id=ctx.user_id,
+                run_id=run_id,
+                lease_owner=self.owner,
+                lease_seconds=self._lease_seconds,
+                visible=batch.visible,
+                audit=batch.audit,
+                title=batch.title,
+                rows=batch.arrays(),
+                pending_id=pending_id,
+                client_state=client_state,
             )
+            row = await self._pool.fetchrow(START_SQL, *record.args())
         except asyncpg.UniqueViolationError as exc:
             if exc.constraint_name == "agent_runs_pkey":
                 raise RunIdTakenError(str(run_id)) from exc
@@ -304,9 +183,7 @@ class RunStore:
         )
 
     async def _require_session(self, ctx: RequestContext, session_id: UUID) -> None:
-        found = await self._pool.fetchval(
-            "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2", session_id, ctx.user_id
-        )
+        found = await self._pool.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
         if found is None:
             raise session_not_found(session_id)
 
@@ -314,21 +191,21 @@ class RunStore:
         """Store the run's remaining rows and record its end, in one statement; the run's totals come back."""
         session_id, run_id = started.session.id, started.run_id
         batch = MessageBatch(end.rows)
-        row = await self._pool.fetchrow(
-            _FINISH_SQL,
-            session_id,
-            ctx.user_id,
-            run_id,
-            end.outcome,
-            end.error_id,
-            end.error_code,
-            batch.visible,
-            batch.audit,
-            started.first_seq,
-            *batch.arrays(),
-            end.run_status,
-            end.waiting,
+        record = FinishRecord(
+            session_id=session_id,
+            user_id=ctx.user_id,
+            run_id=run_id,
+            outcome=end.outcome,
+            error_id=end.error_id,
+            error_code=end.error_code,
+            visible=batch.visible,
+            audit=batch.audit,
+            first_seq=started.first_seq,
+            rows=batch.arrays(),
+            run_status=end.run_status,
+            waiting=end.waiting,
         )
+        row = await self._pool.fetchrow(FINISH_SQL, *record.args())
         assert row is not None
         if row["owned"]:
             return RunEnd(owned=True, totals=totals_of(row))
@@ -341,15 +218,13 @@ class RunStore:
         self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
     ) -> Page[RunSummary]:
         """The session's runs, newest first (404 for a session that is missing or someone else's)."""
-        rows = await self._pool.fetch(_LIST_SQL, session_id, ctx.user_id, limit, offset)
+        rows = await self._pool.fetch(LIST_SQL, session_id, ctx.user_id, limit, offset)
         if not rows:
             await self._require_session(ctx, session_id)
         total = rows[0]["total"] if rows else 0
         if not rows and offset > 0:
             # Past the last page: the total still has to be counted.
-            total = await self._pool.fetchval(
-                "SELECT count(*) FROM agent_runs WHERE session_id = $1 AND user_id = $2", session_id, ctx.user_id
-            )
+            total = await self._pool.fetchval(COUNT_SQL, session_id, ctx.user_id)
         items = [RunSummary.model_validate(dict(row)) for row in rows]
         return Page[RunSummary](items=items, total=total, limit=limit, offset=offset)
 
@@ -358,7 +233,7 @@ class RunStore:
         if not runs:
             return RenewedLeases(kept=set(), cancel_requested=set())
         rows = await self._pool.fetch(
-            _RENEW_SQL,
+            RENEW_SQL,
             self.owner,
             self._lease_seconds,
             [r.session_id for r in runs],
@@ -372,7 +247,7 @@ class RunStore:
     async def sweep(self) -> list[LostRun]:
         """Fail every run whose lease expired (its process died or stopped renewing): `run_lost`, also as the
         last event of its log."""
-        rows = await self._pool.fetch(_SWEEP_SQL, _SWEEP_BATCH)
+        rows = await self._pool.fetch(SWEEP_SQL, _SWEEP_BATCH, self._endings.lost)
         return [
             LostRun(session_id=r["session_id"], user_id=r["user_id"], run_id=r["run_id"], error_id=r["error_id"])
             for r in rows
@@ -380,11 +255,14 @@ class RunStore:
 
     async def repair_logs(self, *, grace_seconds: float) -> int:
         """End the logs of finished runs whose terminal event was never stored; returns how many."""
-        return len(await self._pool.fetch(_REPAIR_SQL, _SWEEP_BATCH, grace_seconds))
+        rows = await self._pool.fetch(
+            REPAIR_SQL, _SWEEP_BATCH, grace_seconds, self._endings.failed, self._endings.finished
+        )
+        return len(rows)
 
     async def expire_events(self, *, retention_seconds: float) -> None:
         """Delete the events of runs that finished more than `retention_seconds` ago (a batch per call)."""
-        await self._pool.execute(_EXPIRE_SQL, retention_seconds, _SWEEP_BATCH)
+        await self._pool.execute(EXPIRE_SQL, retention_seconds, _SWEEP_BATCH)
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.runs.request.repository import AGUI_STATE_SQL
 
 CallKind = Literal["approval", "frontend", "server"]
 
@@ -56,14 +57,6 @@ class SessionAguiState(BaseModel):
     stored_ids: set[str] = Field(description="Of the message ids asked about, those the session holds.")
 
 
-_LOAD_SQL = """
-SELECT pending_turn, client_state,
-       ARRAY(SELECT message_id FROM agent_chat_messages
-              WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids
-  FROM agent_chat_sessions WHERE id = $1 AND user_id = $2
-"""
-
-
 class PendingStore:
     """Reads what a session waits for; the run's start takes it and the run's end leaves a new one, each in
     the run's own statement (`RunStore.start` / `finish`)."""
@@ -74,7 +67,7 @@ class PendingStore:
     async def load(self, ctx: RequestContext, session_id: UUID, message_ids: Sequence[str] = ()) -> SessionAguiState:
         """The caller's session's pending turn, client state, and which of `message_ids` it stores, in one
         read; 404 for a session that is not the caller's (missing or someone else's: the same answer)."""
-        row = await self._pool.fetchrow(_LOAD_SQL, session_id, ctx.user_id, list(message_ids))
+        row = await self._pool.fetchrow(AGUI_STATE_SQL, session_id, ctx.user_id, list(message_ids))
         if row is None:
             raise session_not_found(session_id)
         pending = row["pending_turn"]

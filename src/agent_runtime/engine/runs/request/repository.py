@@ -1,0 +1,11 @@
+"""What a run takes in, read from the database: the session's pending turn and AG-UI state (the convention is
+in `engine/sessions/repository.py`). Every statement takes the owner (`user_id`)."""
+
+from __future__ import annotations
+
+AGUI_STATE_SQL = """
+SELECT pending_turn, client_state,
+       ARRAY(SELECT message_id FROM agent_chat_messages
+              WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids
+  FROM agent_chat_sessions WHERE id = $1 AND user_id = $2
+"""
