@@ -30,7 +30,7 @@ class RuntimeEngine:
     settings: Settings
     pool: asyncpg.Pool
     templates: FlowTemplates
-    # The database's DSN, for the run-event LISTEN connection (None: followers poll; see runs/event_hub.py).
+    # The database's DSN, for the run-event LISTEN connection (None: followers poll; see engine/runs/events/hub.py).
     dsn: str | None = None
     # When a model call starts, for its price (None: the wall clock; tests pin it).
     clock: Clock | None = None

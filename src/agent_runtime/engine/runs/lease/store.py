@@ -1,10 +1,8 @@
 """A run's life in the database: start, finish, lease renewal and the sweep; one statement each (`repository.py`).
 
-A full run used to issue 20 statements (11 of ours, the rest asyncpg's reset-on-release). Now the
-start is one statement (session to `running` with its lease, the run row, the input messages, the
-caller's profile), the finish is one (output rows, status, the run row and the run's totals), and the
-pool no longer resets connections (`db/pool.py`): a full run with one tool call is 5 statements with
-the window read and the two tool rows (docs/benchmarks.md).
+The start is one statement (session to `running` with its lease, the run row, the input messages, the
+caller's profile), the finish is one (output rows, status, the run row and the run's totals), and the pool does
+not reset connections (`db/pool.py`): tests/runs/test_runs_statements.py pins how many a whole run issues.
 
 Invariants stay in the database: the status machine and lease presence (checks and trigger on the
 session row), one run per session (`status <> 'running'` in the start's WHERE), the per-user limit
