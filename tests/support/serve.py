@@ -86,12 +86,10 @@ async def start_serve(
     workdir: Path,
     env: dict[str, str] | None = None,
     ready_timeout: float = 120,
-    warm: bool = False,
     command: list[str] | None = None,
 ) -> ServeProcess:
-    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200, and with `warm` its CrewAI and
-    LiteLLM imports done: they starve the event loop for seconds on a busy machine); output in
-    `workdir/server-<name>.log`.
+    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200: its CrewAI and LiteLLM imports are
+    done, which take seconds on a busy machine); output in `workdir/server-<name>.log`.
 
     `database_url=None` starts the embedded PostgreSQL (under DATA_DIR); `command` replaces
     `python -m agent_runtime.cli` (e.g. an installed `agent-runtime` script)."""
@@ -127,7 +125,7 @@ async def start_serve(
                 raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
             with contextlib.suppress(httpx.TransportError):
                 ready = await client.get("/health/ready")
-                if ready.status_code == 200 and (ready.json()["warm"] or not warm):
+                if ready.status_code == 200:
                     return server
             await asyncio.sleep(0.1)
     server.kill()

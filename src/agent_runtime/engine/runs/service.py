@@ -64,7 +64,7 @@ from agent_runtime.engine.runs.request.turn_input import (
     rows_to_store,
 )
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
-from agent_runtime.engine.runs.warmup import Warmup
+from agent_runtime.engine.runs.warmup import Warmup, WarmupState
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
@@ -126,8 +126,8 @@ class RunService:
         return self._warmup.client()
 
     @property
-    def warm(self) -> bool:
-        return self._warmup.done
+    def warm_up(self) -> WarmupState:
+        return self._warmup.state
 
     async def _token_counter(self) -> TokenCounter:
         await asyncio.shield(self.ensure_warm())  # the tokenizer is LiteLLM's, imported by the warm-up
