@@ -187,8 +187,14 @@ async def start_ours(
     server = _launch(name, argv or [sys.executable, "-m", "agent_runtime.cli", "serve"], full_env, workdir, port)
     server.app_name = name
     server.metrics = metrics
-    # Each worker warms up on its own; the port answers from any of them: enough answers in a row say all.
-    await wait_ready(server, "/health/ready", in_a_row=1 if WORKERS == 1 else 10 * WORKERS)
+    # Readiness answers 200 once CrewAI/LiteLLM are loaded. With workers, the port answers once the first one is
+    # warm (each accepts only then, and ends its start-up then): the log's start-up lines say when all are.
+    await wait_ready(server, "/health/ready")
+    deadline = time.monotonic() + 180
+    while server.log_path.read_text(errors="replace").count("Application startup complete.") < WORKERS:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name}: not every worker started in 180 s:\n{server.log_path.read_text()[-3000:]}")
+        await asyncio.sleep(0.2)
     return server
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -165,3 +166,49 @@ async def test_openapi_documents_models_and_errors(client: httpx.AsyncClient) ->
     assert "HTTPValidationError" not in schemas
     docs = await client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+async def test_with_serve_once_warm_the_start_up_ends_once_warm_or_once_a_drain_begins(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WORKERS > 1: a worker accepts connections (uvicorn: once the lifespan's start-up returned) only warm."""
+    release = threading.Event()
+    load: Callable[[Path], ModuleType] = crewai_env.load_crewai
+    loop = asyncio.get_running_loop()
+    reached: asyncio.Queue[None] = asyncio.Queue()
+
+    def held(data_dir: Path) -> ModuleType:
+        loop.call_soon_threadsafe(reached.put_nowait, None)  # the start-up now waits for it
+        release.wait(60)
+        return load(data_dir)
+
+    monkeypatch.setattr(crewai_env, "load_crewai", held)
+
+    async def serve(application: FastAPI, started: asyncio.Event, stop: asyncio.Event) -> None:
+        async with application.router.lifespan_context(application):
+            started.set()
+            await stop.wait()
+
+    async def starting(application: FastAPI) -> asyncio.Event:
+        started, stop = asyncio.Event(), asyncio.Event()
+        stops.append(stop)
+        tasks.append(asyncio.create_task(serve(application, started, stop)))
+        await asyncio.wait_for(reached.get(), 30)
+        return started
+
+    tasks: list[asyncio.Task[None]] = []
+    stops: list[asyncio.Event] = []
+    try:
+        warming, draining = create_app(settings, serve_once_warm=True), create_app(settings, serve_once_warm=True)
+        warming_started, draining_started = await starting(warming), await starting(draining)
+        assert not warming_started.is_set() and not draining_started.is_set()
+        draining.state.engine.runs.request_drain()  # a SIGTERM during the warm-up: the stop need not wait for it
+        await asyncio.wait_for(draining_started.wait(), 10)
+        assert not warming_started.is_set()
+        release.set()
+        await asyncio.wait_for(warming_started.wait(), 30)
+    finally:
+        release.set()
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*tasks)

@@ -72,6 +72,17 @@ class Warmup:
             self._task.add_done_callback(_log_failure)
         return self._task
 
+    async def wait(self, *, unless: asyncio.Event) -> None:
+        """Until the warm-up is done (raising its error), or until `unless` is set."""
+        warm_up = self.ensure()
+        stop = asyncio.create_task(unless.wait(), name="warm-up-wait")
+        try:
+            await asyncio.wait({warm_up, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if warm_up.done():
+            warm_up.result()
+
     async def _warm_up(self) -> None:
         """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
         (and database call) in flight for seconds."""
