@@ -1,4 +1,4 @@
-"""The process's warm-up: CrewAI and LiteLLM imported, and the LLM client built, off the event loop."""
+"""The process's warm-up, off the event loop: CrewAI and LiteLLM imported, the LLM client built and primed."""
 
 from __future__ import annotations
 
@@ -93,7 +93,9 @@ class Warmup:
         # meanwhile (the import lock makes a concurrent first run simply wait).
         await _in_daemon_thread(lambda: load_crewai(self._settings.data_dir))
         await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crewai.flow"))
+        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.runs.gateway.gateway"))
         await _in_daemon_thread(self.client)
+        await _in_daemon_thread(self.client().prime)
         # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
         # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
         # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
