@@ -74,8 +74,8 @@ async def replicas(
             "SHUTDOWN_GRACE_SECONDS": "1",
         }
         a, b = await asyncio.gather(
-            start_serve("a", database_url=database_url, workdir=workdir, env=env, warm=True),
-            start_serve("b", database_url=database_url, workdir=workdir, env=env, warm=True),
+            start_serve("a", database_url=database_url, workdir=workdir, env=env),
+            start_serve("b", database_url=database_url, workdir=workdir, env=env),
         )
         try:
             # CrewAI's import (in the background, awaited above) starves the event loop for seconds on a busy

@@ -39,7 +39,8 @@ async def test_serve_process_end_to_end(database_url: str) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
-            for _ in range(150):
+            # Up to 120 s: readiness waits for the CrewAI/LiteLLM warm-up (tens of seconds on a busy machine).
+            for _ in range(1200):
                 try:
                     if (await client.get("/health/ready")).status_code == 200:
                         break

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import os
 import signal
+import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +27,9 @@ from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, stage_re
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
 from tests.support.serve import ServeProcess, alive, free_ports, poll_until, start_serve, worker_pids
 
+from agent_runtime.api.workers import Supervisor, _Worker
 from agent_runtime.engine.runtime import RuntimeEngine
+from agent_runtime.settings import Settings
 
 HANG = "[hang]"
 
@@ -140,3 +145,31 @@ async def test_workers_whose_parent_was_killed_exit_on_their_own(database_url: s
     server.kill()
     await server.proc.wait()
     await poll_until(lambda: asyncio.sleep(0, [pid for pid in pids if alive(pid)]), lambda left: not left, within=15)
+
+
+def _killed_during_start_up() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would, in the middle of the warm-up
+
+
+def _start_up_failed() -> None:
+    sys.exit(3)  # uvicorn's status when the lifespan's start-up raised (e.g. the warm-up's import failed)
+
+
+def test_a_worker_killed_during_its_start_up_is_replaced_one_whose_start_up_failed_stops_the_service(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Neither ever reports started: the first is killed, its replacement exits with an error.
+    context = multiprocessing.get_context("spawn")
+    targets = [_killed_during_start_up, _start_up_failed]
+    spawned: list[int] = []
+
+    def spawn(self: Supervisor, index: int) -> _Worker:
+        process = context.Process(target=targets[len(spawned)])
+        process.start()
+        spawned.append(index)
+        return _Worker(index, process, context.Event())
+
+    monkeypatch.setattr(Supervisor, "_spawn", spawn)
+    with socket.socket() as sock:
+        status = Supervisor(settings.model_copy(update={"workers": 1}), sock, shutdown_seconds=5).run()
+    assert (status, spawned) == (1, [0, 0])

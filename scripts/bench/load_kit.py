@@ -140,7 +140,7 @@ def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port
     return Server(name, f"http://127.0.0.1:{port}", popen, log_path)
 
 
-async def wait_ready(server: Server, path: str, *, warm: bool = False, within: float = 180, in_a_row: int = 1) -> None:
+async def wait_ready(server: Server, path: str, *, within: float = 180, in_a_row: int = 1) -> None:
     deadline = time.monotonic() + within
     ready = 0
     async with aiohttp.ClientSession() as http:
@@ -149,7 +149,7 @@ async def wait_ready(server: Server, path: str, *, warm: bool = False, within: f
                 raise SystemExit(f"{server.name} exited:\n{server.log_path.read_text()[-3000:]}")
             try:
                 async with http.get(server.base + path) as r:
-                    ready = ready + 1 if r.status == 200 and (not warm or (await r.json()).get("warm")) else 0
+                    ready = ready + 1 if r.status == 200 else 0
                     if ready >= in_a_row:
                         return
             except aiohttp.ClientError:
@@ -187,8 +187,14 @@ async def start_ours(
     server = _launch(name, argv or [sys.executable, "-m", "agent_runtime.cli", "serve"], full_env, workdir, port)
     server.app_name = name
     server.metrics = metrics
-    # Each worker warms up on its own; the port answers from any of them: enough answers in a row say all.
-    await wait_ready(server, "/health/ready", warm=True, in_a_row=1 if WORKERS == 1 else 10 * WORKERS)
+    # Readiness answers 200 once CrewAI/LiteLLM are loaded. With workers, the port answers once the first one is
+    # warm (each accepts only then, and ends its start-up then): the log's start-up lines say when all are.
+    await wait_ready(server, "/health/ready")
+    deadline = time.monotonic() + 180
+    while server.log_path.read_text(errors="replace").count("Application startup complete.") < WORKERS:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{name}: not every worker started in 180 s:\n{server.log_path.read_text()[-3000:]}")
+        await asyncio.sleep(0.2)
     return server
 
 

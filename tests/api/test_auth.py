@@ -6,6 +6,7 @@ from uuid import uuid4
 import httpx
 import jwt
 import pytest
+from fastapi import FastAPI
 from tests.conftest import TEST_JWT_SECRET
 from tests.support.errors import error_body
 
@@ -85,7 +86,8 @@ async def test_issuer_and_audience_checked_when_configured(settings: Settings) -
         authenticate(strict, f"Bearer {foreign}")
 
 
-async def test_health_and_docs_are_public(client: httpx.AsyncClient) -> None:
+async def test_health_and_docs_are_public(app: FastAPI, client: httpx.AsyncClient) -> None:
+    await app.state.engine.runs.ensure_warm()  # readiness answers 503 `warming_up` until then
     live, ready = await client.get("/health/live"), await client.get("/health/ready")
     assert (live.status_code, live.json()) == (200, {"status": "ok"})
     # The readiness body as a whole is test_health_and_http's; here: answered, without a token.

@@ -1,8 +1,22 @@
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
 import httpx
+import pytest
+from fastapi import FastAPI
 from tests.conftest import User
 from tests.support.errors import error_body
+
+from agent_runtime.api.app import create_app
+from agent_runtime.engine.flow.crewai import env as crewai_env
+from agent_runtime.settings import Settings
 
 
 async def test_live(client: httpx.AsyncClient) -> None:
@@ -11,7 +25,8 @@ async def test_live(client: httpx.AsyncClient) -> None:
     assert response.json() == {"status": "ok"}
 
 
-async def test_ready_checks_database(client: httpx.AsyncClient) -> None:
+async def test_ready_checks_database(app: FastAPI, client: httpx.AsyncClient) -> None:
+    await app.state.engine.runs.ensure_warm()
     response = await client.get("/health/ready")
     assert response.status_code == 200
     assert response.json() == {
@@ -20,8 +35,66 @@ async def test_ready_checks_database(client: httpx.AsyncClient) -> None:
         "demo_model": True,
         "runs_in_flight": 0,
         "max_concurrent_runs": 64,
-        "warm": response.json()["warm"],  # the warm-up imports run in the background; either is valid here
     }
+
+
+@dataclass
+class Served:
+    app: FastAPI
+    client: httpx.AsyncClient
+
+
+@asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[Served]:
+    """An app of its own (its own warm-up), started and stopped around the block."""
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            yield Served(application, client)
+
+
+async def test_ready_is_503_warming_up_until_crewai_and_litellm_are_loaded_live_is_200_all_along(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    load: Callable[[Path], ModuleType] = crewai_env.load_crewai
+
+    def held(data_dir: Path) -> ModuleType:
+        release.wait(60)  # on the warm-up's own thread
+        return load(data_dir)
+
+    monkeypatch.setattr(crewai_env, "load_crewai", held)
+    async with serving(settings) as served:
+        warming, live = await served.client.get("/health/ready"), await served.client.get("/health/live")
+        release.set()
+        await served.app.state.engine.runs.ensure_warm()
+        ready = await served.client.get("/health/ready")
+    assert (warming.status_code, warming.json()) == (
+        503,
+        error_body(warming, "warming_up", "CrewAI and LiteLLM are still loading; retry shortly"),
+    )
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+    assert (ready.status_code, ready.json()["status"]) == (200, "ok")
+
+
+async def test_ready_says_warm_up_failed_when_the_imports_failed(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(data_dir: Path) -> ModuleType:
+        raise ImportError("crewai is broken")
+
+    monkeypatch.setattr(crewai_env, "load_crewai", broken)
+    async with serving(settings) as served:
+        with pytest.raises(ImportError):
+            await served.app.state.engine.runs.ensure_warm()
+        ready = await served.client.get("/health/ready")
+    assert (ready.status_code, ready.json()) == (
+        503,
+        error_body(ready, "warm_up_failed", "loading CrewAI and LiteLLM failed: no run can start (see the log)"),
+    )
+    failures = [r for r in caplog.records if r.getMessage() == "warm-up failed: no run can start"]
+    assert len(failures) == 1 and failures[0].exc_info is not None
 
 
 async def test_unknown_route_is_json_404(client: httpx.AsyncClient) -> None:
@@ -93,3 +166,49 @@ async def test_openapi_documents_models_and_errors(client: httpx.AsyncClient) ->
     assert "HTTPValidationError" not in schemas
     docs = await client.get("/docs")
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
+
+
+async def test_with_serve_once_warm_the_start_up_ends_once_warm_or_once_a_drain_begins(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WORKERS > 1: a worker accepts connections (uvicorn: once the lifespan's start-up returned) only warm."""
+    release = threading.Event()
+    load: Callable[[Path], ModuleType] = crewai_env.load_crewai
+    loop = asyncio.get_running_loop()
+    reached: asyncio.Queue[None] = asyncio.Queue()
+
+    def held(data_dir: Path) -> ModuleType:
+        loop.call_soon_threadsafe(reached.put_nowait, None)  # the start-up now waits for it
+        release.wait(60)
+        return load(data_dir)
+
+    monkeypatch.setattr(crewai_env, "load_crewai", held)
+
+    async def serve(application: FastAPI, started: asyncio.Event, stop: asyncio.Event) -> None:
+        async with application.router.lifespan_context(application):
+            started.set()
+            await stop.wait()
+
+    async def starting(application: FastAPI) -> asyncio.Event:
+        started, stop = asyncio.Event(), asyncio.Event()
+        stops.append(stop)
+        tasks.append(asyncio.create_task(serve(application, started, stop)))
+        await asyncio.wait_for(reached.get(), 30)
+        return started
+
+    tasks: list[asyncio.Task[None]] = []
+    stops: list[asyncio.Event] = []
+    try:
+        warming, draining = create_app(settings, serve_once_warm=True), create_app(settings, serve_once_warm=True)
+        warming_started, draining_started = await starting(warming), await starting(draining)
+        assert not warming_started.is_set() and not draining_started.is_set()
+        draining.state.engine.runs.request_drain()  # a SIGTERM during the warm-up: the stop need not wait for it
+        await asyncio.wait_for(draining_started.wait(), 10)
+        assert not warming_started.is_set()
+        release.set()
+        await asyncio.wait_for(warming_started.wait(), 30)
+    finally:
+        release.set()
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*tasks)

@@ -7,12 +7,14 @@ import json
 import logging
 from decimal import Decimal
 
+import pytest
 from tests.llm.conftest import PEAK_ENTRY, MakeClient
 from tests.stubs.deepseek_stub import DeepSeekStub, StubReply, StubToolCall, StubUsage
 
 from agent_runtime.engine.billing import CostBreakdown, LLMUsage
 from agent_runtime.engine.llm import (
     FunctionSpec,
+    LLMClient,
     LLMRequest,
     LLMResponse,
     LLMToolCall,
@@ -20,6 +22,8 @@ from agent_runtime.engine.llm import (
     WireMessage,
 )
 from agent_runtime.engine.llm.call_builder import JSON_HINT
+from agent_runtime.engine.llm.litellm_import import load_litellm
+from agent_runtime.settings import Settings
 
 # Thinking off, as every stage ships (DeepSeek thinks unless told not to).
 HELLO = LLMRequest(messages=[WireMessage(role="user", content="hello")], thinking=False)
@@ -190,3 +194,27 @@ async def test_litellms_placeholder_warning_for_answers_without_reasoning_is_fil
     sent = stub.requests[-1].body["messages"][1]
     assert sent == {"role": "assistant", "content": "hello", "reasoning_content": " "}  # LiteLLM's placeholder
     assert [r.getMessage() for r in records if "reasoning_content" in r.getMessage()] == []
+
+
+async def test_prime_takes_litellms_first_call_path_without_sending_anything(
+    stub: DeepSeekStub, make_client: MakeClient, demo_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The warm-up runs it on its own thread (engine/runs/warmup.py).
+    await asyncio.to_thread(make_client().prime)
+    await asyncio.to_thread(LLMClient(demo_settings).prime)
+    assert stub.requests == []
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_prime_that_fails_is_only_logged(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(**kwargs: object) -> object:
+        raise RuntimeError("LiteLLM moved mock_response")
+
+    client = make_client()
+    monkeypatch.setattr(load_litellm(), "completion", broken)
+    client.prime()
+    assert [r.getMessage() for r in caplog.records] == [
+        "could not prime LiteLLM: the first model call pays its first-call costs"
+    ]

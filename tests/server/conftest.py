@@ -47,8 +47,8 @@ async def warm_server(database_url: str, tmp_path_factory: pytest.TempPathFactor
         "limits", database_url=database_url, workdir=tmp_path_factory.mktemp("serve"), env=limits
     )
     try:
-        # Wait for the background warm-up (imports of a few hundred MB, and a thread holding the GIL for
-        # seconds, which delays the loop's timers): a demo run waits for it to finish.
+        # Readiness waited for the background warm-up (imports of a few hundred MB, and a thread holding the GIL
+        # for seconds, which delays the loop's timers); one demo run also pays what a first run still loads.
         headers = {"Authorization": f"Bearer {bearer_token()}"}
         async with httpx.AsyncClient(base_url=server.base_url, timeout=120, headers=headers) as client:
             session = (await client.post("/v1/sessions")).json()["id"]

@@ -86,15 +86,39 @@ async def start_serve(
     workdir: Path,
     env: dict[str, str] | None = None,
     ready_timeout: float = 120,
-    warm: bool = False,
     command: list[str] | None = None,
 ) -> ServeProcess:
-    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200, and with `warm` its CrewAI and
-    LiteLLM imports done: they starve the event loop for seconds on a busy machine); output in
-    `workdir/server-<name>.log`.
+    """`agent-runtime serve` on a free port, ready (GET /health/ready is 200: its CrewAI and LiteLLM imports are
+    done, which take seconds on a busy machine); output in `workdir/server-<name>.log`.
 
     `database_url=None` starts the embedded PostgreSQL (under DATA_DIR); `command` replaces
     `python -m agent_runtime.cli` (e.g. an installed `agent-runtime` script)."""
+    server = await launch_serve(name, database_url=database_url, workdir=workdir, env=env, command=command)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ready_timeout
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
+        while loop.time() < deadline:
+            if server.proc.returncode is not None:
+                raise AssertionError(f"server {name} exited with {server.proc.returncode}:\n{server.log_tail()}")
+            with contextlib.suppress(httpx.TransportError):
+                ready = await client.get("/health/ready")
+                if ready.status_code == 200:
+                    return server
+            await asyncio.sleep(0.1)
+    server.kill()
+    await server.proc.wait()
+    raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+
+
+async def launch_serve(
+    name: str,
+    *,
+    database_url: str | None,
+    workdir: Path,
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+) -> ServeProcess:
+    """`start_serve` without the wait: the process has just been started."""
     port = free_port()
     full_env = {k: v for k, v in os.environ.items() if k not in (*PROVIDER_ENV, "DATABASE_URL")}
     if database_url is not None:
@@ -118,21 +142,7 @@ async def start_serve(
             stdout=log,
             stderr=log,
         )
-    server = ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + ready_timeout
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
-        while loop.time() < deadline:
-            if proc.returncode is not None:
-                raise AssertionError(f"server {name} exited with {proc.returncode}:\n{server.log_tail()}")
-            with contextlib.suppress(httpx.TransportError):
-                ready = await client.get("/health/ready")
-                if ready.status_code == 200 and (ready.json()["warm"] or not warm):
-                    return server
-            await asyncio.sleep(0.1)
-    server.kill()
-    await proc.wait()
-    raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+    return ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
 
 
 async def poll_until(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], *, within: float) -> T:

@@ -35,7 +35,10 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
     return scope.get("path") in _UNTRACED_PATHS
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, clock: Clock | None = None, serve_once_warm: bool = False
+) -> FastAPI:
+    """`serve_once_warm`: the lifespan's start-up ends only once CrewAI and LiteLLM are loaded (WORKERS > 1)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -46,7 +49,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             log.warning("no LLM provider key configured: answers come from the OFFLINE DEMO MODEL (demo/agent)")
         else:
             log.info("LLM model", extra={"model": settings.effective_llm_model})
-        # Imports CrewAI/LiteLLM in the background: start-up and health checks do not wait for it.
+        # Imports CrewAI/LiteLLM in the background: start-up and liveness do not wait for it, readiness does.
         warm_up = resources.engine.runs.ensure_warm()
         resources.engine.runs.start_background()
         gc_pauses = GcPauses()
@@ -57,6 +60,12 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         own_port = settings.metrics_port if settings.metrics_enabled else None
         metrics_server = MetricsServer.start(settings.host, own_port) if own_port is not None else None
         try:
+            if serve_once_warm:
+                # Workers share one listening socket and the kernel hands a connection to any worker that accepts:
+                # a warming worker's readiness 503 would reach a probe now and then, and its runs would wait for
+                # the imports after a warm worker's 200. A worker that accepts only once warm leaves its
+                # connections to the warm ones. (uvicorn starts accepting when this start-up returns.)
+                await resources.engine.runs.until_warm()
             yield
         finally:
             sampler.cancel()

@@ -91,7 +91,7 @@ def run_server(
     # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
     # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
     # rely on atexit hooks.
-    app = create_app(settings)
+    app = create_app(settings, serve_once_warm=worker is not None)
 
     def drain() -> None:
         engine = getattr(app.state, "engine", None)

@@ -7,6 +7,8 @@ that too, but cost ops a port and a balancer per core; here the kernel spreads t
 The parent binds the socket once, starts the embedded PostgreSQL if DATABASE_URL is unset (the workers share
 it), and spawns the workers. Each worker is a whole `agent-runtime serve` on the inherited socket: its own
 pool, admission (MAX_CONCURRENT_RUNS is per worker), lease keeper and metrics (METRICS_PORT + its index).
+A worker accepts connections only once its CrewAI/LiteLLM warm-up is done (api/app.py, `serve_once_warm`): the
+port answers (liveness and readiness alike) once the first worker is warm, and a replaced worker joins later.
 Everything shared is in PostgreSQL already, as it is between replicas (leases, run exclusivity, the event
 log, quotas), so nothing else is needed between the workers.
 
@@ -14,8 +16,9 @@ Signals: the parent forwards SIGTERM/SIGINT to every worker as SIGTERM, and each
 server does (every open stream ends with a terminal event). A terminal's Ctrl-C also reaches the workers
 directly; the forwarded copy arrives within the window in which `DrainingServer` counts it as the same Ctrl-C.
 A second signal later than that forces the exit, as with one process. A worker that dies is replaced (its runs
-are taken over by the lease sweep); one that dies before its start-up completed stops the service instead,
-since its replacement would fail the same way. A worker whose parent dies drains and exits.
+are taken over by the lease sweep), also one killed during its start-up; one whose start-up failed (it exited
+before serving: a bad setting, no database, a broken CrewAI install failing its warm-up) stops the service
+instead, since its replacement would fail the same way. A worker whose parent dies drains and exits.
 
 Processes are spawned, not forked: the parent holds no imported CrewAI/LiteLLM state, threads or event loop
 that a fork could copy half-way.
@@ -147,7 +150,10 @@ class Supervisor:
                     "worker exited",
                     extra={"worker": worker.index, "pid": worker.process.pid, "exitcode": worker.process.exitcode},
                 )
-                if not worker.started.is_set():
+                exitcode = worker.process.exitcode
+                # A start-up that failed on its own (exit status >= 0) would fail again; a kill (a signal: < 0) can
+                # come during the warm-up's seconds, and is replaced like a kill later.
+                if not worker.started.is_set() and exitcode is not None and exitcode >= 0:
                     log.error("worker failed to start: stopping the service", extra={"worker": worker.index})
                     return 1
                 self._workers[slot] = self._spawn(worker.index)

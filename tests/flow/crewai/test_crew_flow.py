@@ -407,12 +407,13 @@ async def test_a_run_leaves_no_files_behind() -> None:
     )
     await run_agent_flow(state_for(), deps_for(model))
 
-    # No LanceDB memory, no sqlite task outputs, no deferred tool-result files: only CrewAI's consent record.
-    assert _files_under(storage) == [".crewai_user.json"]
+    # No LanceDB memory, no sqlite task outputs, no deferred tool-result files: only CrewAI's consent record and
+    # the key its `import` creates for its login tokens (moved here from $HOME by env.py).
+    assert _files_under(storage) == [".crewai_user.json", f"{crewai_env.CREDENTIALS_SUBDIR}/secret.key"]
 
 
 def _files_under(directory: Path) -> list[str]:
-    return sorted(path.name for path in directory.rglob("*") if path.is_file())
+    return sorted(str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file())
 
 
 # -- model behaviour a strict DeepSeek stand-in showed: every case ends in a stage result or StageOutputError ----

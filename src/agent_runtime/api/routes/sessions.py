@@ -3,20 +3,24 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
 from agent_runtime.engine.messages.models import StoredMessage
 from agent_runtime.engine.pagination import Page
-from agent_runtime.engine.sessions.models import Session, SessionCreate, SessionUpdate
+from agent_runtime.engine.sessions.models import SESSION_CREATE_EXAMPLES, Session, SessionCreate, SessionUpdate
 from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 @router.post("", status_code=201, response_model=Session, responses=error_responses(400, 401, 408, 413, 422, 429))
-async def create_session(engine: Engine, ctx: Caller, body: SessionCreate | None = None) -> Session:
+async def create_session(
+    engine: Engine,
+    ctx: Caller,
+    body: Annotated[SessionCreate | None, Body(examples=SESSION_CREATE_EXAMPLES)] = None,
+) -> Session:
     """Create a session; billing currency (CNY) and the caller's country are frozen on it."""
     return await engine.sessions.create(ctx, body or SessionCreate())
 

@@ -10,7 +10,7 @@ from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import langcodes
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, TypeAdapter
 
 from agent_runtime.engine.text import ClientJsonObject, ClientText
 
@@ -83,8 +83,24 @@ CountryCode = Annotated[
 ]
 
 
+# Examples for /docs: "Try it out" sends the first (generated from the patterns and formats, they were invalid).
+_PREFERENCES_EXAMPLE: dict[str, JsonValue] = {
+    "interface_language": "zh-CN",
+    "ai_language": "en",
+    "timezone": "Asia/Shanghai",
+    "country": "CN",
+}
+SETTINGS_V2_EXAMPLE: dict[str, JsonValue] = {
+    "version": 2,
+    "preferences": _PREFERENCES_EXAMPLE,
+    "privacy": {},
+    "notification": {},
+    "safety": {},
+}
+
+
 class PreferenceSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [_PREFERENCES_EXAMPLE]})
 
     interface_language: LanguageTag = "zh-CN"
     ai_language: LanguageTag = "zh-CN"
@@ -93,7 +109,9 @@ class PreferenceSettings(BaseModel):
 
 
 class ProfileSettingsV1(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"version": 1, "preferences": _PREFERENCES_EXAMPLE}]}
+    )
 
     version: Literal[1] = 1
     preferences: PreferenceSettings = Field(default_factory=PreferenceSettings)
@@ -103,7 +121,9 @@ class ProfileSettingsV1(BaseModel):
 
 class ProfileSettingsV2(BaseModel):
     # `version` is required in the document: settings without it are v1 (see below), whatever else they hold.
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"required": ["version"]})
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"required": ["version"], "examples": [SETTINGS_V2_EXAMPLE]}
+    )
 
     version: Literal[2] = 2
     preferences: PreferenceSettings = Field(default_factory=PreferenceSettings)

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.profiles.models import (
+    SETTINGS_V2_EXAMPLE,
     Profile,
     ProfileSettings,
     ProfileSettingsV2,
@@ -19,7 +20,12 @@ from agent_runtime.engine.text import ClientText, storable
 class ProfileUpdate(BaseModel):
     """Full replacement of the caller's profile (PUT semantics)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"username": "lin", "bio": "Hiker and amateur astronomer.", "settings": SETTINGS_V2_EXAMPLE}]
+        },
+    )
 
     username: ClientText = Field(default="", max_length=64)
     bio: ClientText | None = Field(default=None, max_length=4000)

@@ -56,7 +56,7 @@ from agent_runtime.engine.runs.request.turn_input import (
     rows_to_store,
 )
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
-from agent_runtime.engine.runs.warmup import Warmup
+from agent_runtime.engine.runs.warmup import Warmup, WarmupState
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
@@ -90,6 +90,7 @@ class RunService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining: asyncio.Task[None] | None = None
+        self._drain_begun = asyncio.Event()
         self.admission = Admission(settings.max_concurrent_runs)
         self.store = RunStore(
             pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds, endings=log_endings()
@@ -120,8 +121,12 @@ class RunService:
         return self._warmup.client()
 
     @property
-    def warm(self) -> bool:
-        return self._warmup.done
+    def warm_up(self) -> WarmupState:
+        return self._warmup.state
+
+    async def until_warm(self) -> None:
+        """Until the warm-up is done (raising its error), or a drain begins: a stop need not wait for the imports."""
+        await self._warmup.wait(unless=self._drain_begun)
 
     async def _token_counter(self) -> TokenCounter:
         await asyncio.shield(self.ensure_warm())  # the tokenizer is LiteLLM's, imported by the warm-up
@@ -335,6 +340,7 @@ class RunService:
 
     def _begin_drain(self) -> None:
         self.admission.draining = True
+        self._drain_begun.set()
         if self._draining is None:
             self._draining = asyncio.create_task(self.drain(), name="drain")
 

@@ -1,4 +1,4 @@
-"""The process's warm-up: CrewAI and LiteLLM imported, and the LLM client built, off the event loop."""
+"""The process's warm-up, off the event loop: CrewAI and LiteLLM imported, the LLM client built and primed."""
 
 from __future__ import annotations
 
@@ -6,14 +6,19 @@ import asyncio
 import contextlib
 import functools
 import gc
+import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.settings import Settings
 
+log = logging.getLogger(__name__)
+
 _T = TypeVar("_T")
+# What readiness reports until the warm-up is done: a first run sent earlier would wait seconds for it.
+WarmupState = Literal["warming_up", "warm", "failed"]
 
 
 async def _in_daemon_thread(work: Callable[[], _T]) -> _T:
@@ -54,14 +59,29 @@ class Warmup:
         return self._llm
 
     @property
-    def done(self) -> bool:
-        return self._task is not None and self._task.done() and not self._task.cancelled()
+    def state(self) -> WarmupState:
+        task = self._task
+        if task is None or not task.done() or task.cancelled():
+            return "warming_up"
+        return "failed" if task.exception() is not None else "warm"
 
     def ensure(self) -> asyncio.Task[None]:
         """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""
         if self._task is None:
             self._task = asyncio.create_task(self._warm_up(), name="warm-up")
+            self._task.add_done_callback(_log_failure)
         return self._task
+
+    async def wait(self, *, unless: asyncio.Event) -> None:
+        """Until the warm-up is done (raising its error), or until `unless` is set."""
+        warm_up = self.ensure()
+        stop = asyncio.create_task(unless.wait(), name="warm-up-wait")
+        try:
+            await asyncio.wait({warm_up, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if warm_up.done():
+            warm_up.result()
 
     async def _warm_up(self) -> None:
         """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
@@ -73,8 +93,17 @@ class Warmup:
         # meanwhile (the import lock makes a concurrent first run simply wait).
         await _in_daemon_thread(lambda: load_crewai(self._settings.data_dir))
         await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crewai.flow"))
+        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.runs.gateway.gateway"))
         await _in_daemon_thread(self.client)
+        await _in_daemon_thread(self.client().prime)
         # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
         # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
         # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
         gc.freeze()
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    # Once, with the traceback: every run awaiting the task fails with the same error, and readiness says
+    # `warm_up_failed` from now on (a broken CrewAI or LiteLLM install; a restart will not mend it).
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("warm-up failed: no run can start", exc_info=exc)

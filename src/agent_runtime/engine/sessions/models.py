@@ -57,7 +57,14 @@ class _TitleInput(BaseModel):
         return normalized
 
 
+# What Swagger UI's "Try it out" sends (it generated titles from the pattern otherwise); the route repeats it for
+# the optional body, whose schema is a union that Swagger UI would pick a branch of at random.
+SESSION_CREATE_EXAMPLES: list[JsonValue] = [{"title": "Weekend trip to Hangzhou"}, {}]
+
+
 class SessionCreate(_TitleInput):
+    model_config = ConfigDict(json_schema_extra={"examples": SESSION_CREATE_EXAMPLES})
+
     title: ClientText | None = Field(
         default=None,
         max_length=200,
@@ -67,6 +74,8 @@ class SessionCreate(_TitleInput):
 
 
 class SessionUpdate(_TitleInput):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"title": "Hangzhou, day two"}]})
+
     title: ClientText = Field(
         max_length=200, description="Spaces are collapsed; blank is refused.", json_schema_extra=TITLE_SCHEMA
     )

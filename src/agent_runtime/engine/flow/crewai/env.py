@@ -4,10 +4,11 @@ CrewAI reads several environment variables at import time and at every flow star
 flow start queries a package index for a version check, process exit waits on a telemetry
 flush, telemetry replaces the SIGTERM/SIGINT handlers, and files land under the current directory's
 name in the user's data dir. So `configure_crewai_env(data_dir)` sets them (storage under
-`<data_dir>/crewai`) and records "tracing declined" before the first `import crewai`; `load_crewai`
-then imports it. The import costs seconds of CPU, so it stays off the CLI's and the
-app factory's import path: `llm.py` imports no CrewAI, `flow.py` is imported lazily (after
-`load_crewai`, or it refuses), and the run service warms both up off the event loop.
+`<data_dir>/crewai`), moves the two directories no variable moves (config and credentials, below) there
+too, and records "tracing declined" before the first `import crewai`; `load_crewai` then imports it.
+The import costs seconds of CPU, so it stays off the CLI's and the app factory's import path: `llm.py`
+imports no CrewAI, `flow.py` is imported lazily (after `load_crewai`, or it refuses), and the run service
+warms both up off the event loop.
 
 Tuning applied once after the import (each one measured; see docs/crewai-notes.md):
 - CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
@@ -40,6 +41,9 @@ OFFLINE_ENV: dict[str, str] = {
 }
 STORAGE_ENV = "CREWAI_STORAGE_DIR"
 STORAGE_SUBDIR = "crewai"
+# Under the storage directory: what CrewAI keeps under ~/.config/crewai and ~/.local/share/crewai/credentials.
+CONFIG_SUBDIR = "config"
+CREDENTIALS_SUBDIR = "credentials"
 
 
 class CrewAIEnvError(RuntimeError):
@@ -69,6 +73,7 @@ def configure_crewai_env(data_dir: Path) -> Path:
     storage.mkdir(parents=True, exist_ok=True)
     os.environ.update(OFFLINE_ENV)
     os.environ[STORAGE_ENV] = str(storage)
+    _keep_config_and_credentials_in(storage)
     _record_tracing_declined()
     return storage
 
@@ -180,6 +185,29 @@ def _skip_unrelated_listeners() -> None:
 
     met_only_by_its_own_events.__wrapped__ = condition_met  # type: ignore[attr-defined]
     flow_runtime.Flow._condition_met = met_only_by_its_own_events
+
+
+def _keep_config_and_credentials_in(storage: Path) -> None:
+    # `import crewai` builds its trace listener, which reads a login token (creating
+    # ~/.local/share/crewai/credentials/secret.key) and CrewAI's platform settings (creating ~/.config/crewai/):
+    # outside DATA_DIR, in the home of whoever runs the server, and shared by every process of that user. Neither
+    # path follows CREWAI_STORAGE_DIR or XDG_*: the credentials directory is `expanduser("~/.local/share")`
+    # (HOME), the settings path `Path.home()` taken when crewai_core.settings is imported. So both move under
+    # the storage directory: the module constant that `get_writable_config_path()` reads on every call, and
+    # TokenManager's private directory lookup (pinned by tests/flow/crewai/test_crewai_paths.py). A CrewAI login
+    # of the user running the server is then not picked up either: the server never signs in to CrewAI.
+    settings_module = importlib.import_module("crewai_core.settings")
+    token_manager = importlib.import_module("crewai_core.token_manager").TokenManager
+    vars(settings_module)["DEFAULT_CONFIG_PATH"] = storage / CONFIG_SUBDIR / "settings.json"
+    credentials = storage / CREDENTIALS_SUBDIR
+
+    def credentials_dir() -> Path:
+        # What CrewAI's own does, at another place: the directory created, owner-only.
+        credentials.mkdir(mode=0o700, parents=True, exist_ok=True)
+        credentials.chmod(0o700)
+        return credentials
+
+    token_manager._get_secure_storage_path = staticmethod(credentials_dir)
 
 
 def _record_tracing_declined() -> None:

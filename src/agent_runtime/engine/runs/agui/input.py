@@ -17,7 +17,7 @@ from collections.abc import Collection, Set
 from uuid import UUID
 
 import ag_ui.core as agui
-from pydantic import BaseModel, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
@@ -60,6 +60,24 @@ def _invalid(message: str, loc: list[str | int], msg: str) -> ValidationFailedEr
 class AguiRunInput(agui.RunAgentInput):
     """ag-ui-protocol's `RunAgentInput`, with `threadId` documented as what it must be here: a session's UUID.
     The type stays `str` (the protocol's), so that the check below answers with its own message."""
+
+    # What Swagger UI's "Try it out" sends (put one of your sessions' ids in `threadId`); generated from the
+    # schema, it was a body of random strings.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "threadId": "3f1a0e4e-8d7c-4b8e-9a51-2c0f7c1c9e11",
+                    "runId": "9d5c7a3e-2b1f-4e6d-8a9c-0f1e2d3c4b5a",
+                    "messages": [{"id": "msg-1", "role": "user", "content": "What is 12 * 7?"}],
+                    "tools": [],
+                    "context": [],
+                    "state": {},
+                    "forwardedProps": {},
+                }
+            ]
+        }
+    )
 
     thread_id: str = Field(json_schema_extra={"format": "uuid"})
 

@@ -22,7 +22,10 @@ MAX_RESUME_ENTRIES = 20
 class ContextItem(BaseModel):
     """Extra context from the client (AG-UI `Context`): shown to the model as untrusted data."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"description": "The screen the user is on", "value": "Profile settings"}]},
+    )
 
     description: ClientText = Field(max_length=200)
     value: ClientText = Field(max_length=2_000)
@@ -31,7 +34,20 @@ class ContextItem(BaseModel):
 class ResumeDecision(BaseModel):
     """The answer to one interrupt (AG-UI `ResumeEntry`): run the tool (with edited arguments) or not."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"interrupt_id": "approve-call_00_Mq3x4", "status": "resolved"},
+                {
+                    "interrupt_id": "approve-call_00_Mq3x4",
+                    "status": "resolved",
+                    "payload": {"arguments": {"bio": "Hiker and amateur astronomer."}},
+                },
+                {"interrupt_id": "approve-call_00_Mq3x4", "status": "cancelled"},
+            ]
+        },
+    )
 
     interrupt_id: ClientText = Field(min_length=1, max_length=300)
     status: Literal["resolved", "cancelled"]
@@ -52,9 +68,23 @@ def _not_null(schema: dict[str, Any]) -> None:
 class RunRequest(BaseModel):
     """Body of `POST /v1/sessions/{id}/runs`: a new user message, or the answers to pending interrupts."""
 
-    # OpenAPI says which members a body needs: `message` or `resume`, exactly one (the validator below).
+    # OpenAPI says which members a body needs: `message` or `resume`, exactly one (the validator below). The
+    # examples are what Swagger UI's "Try it out" sends (the first one): without them it generated a body from the
+    # field patterns, with `message` and `resume` together, which is a 422.
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"oneOf": [{"required": ["message"]}, {"required": ["resume"]}]}
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": ["message"]}, {"required": ["resume"]}],
+            "examples": [
+                {"message": "What is 12 * 7?"},
+                {
+                    "message": "Which time zone am I in?",
+                    "message_id": "msg-2f9c",
+                    "context": [{"description": "The screen the user is on", "value": "Profile settings"}],
+                },
+                {"resume": [{"interrupt_id": "approve-call_00_Mq3x4", "status": "resolved"}]},
+            ],
+        },
     )
 
     message: ClientText | None = Field(
@@ -128,6 +158,10 @@ def parse_last_event_id(run_id: UUID, raw: str | None, *, where: list[str | int]
 
 class RunCancel(BaseModel):
     """Answer of `POST .../runs/{run_id}/cancel`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"id": "6b0f2c9e-4d1a-4c3b-9e8f-1a2b3c4d5e6f", "status": "running"}]}
+    )
 
     id: UUID
     status: Literal["running", "completed", "failed", "cancelled"] = Field(
