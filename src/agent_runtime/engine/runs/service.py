@@ -1,11 +1,7 @@
 """Runs: admitted, started atomically under a lease, executed in the background, streamed as AG-UI events.
 
-A run's life (docs/architecture.md, "Runs"): admission (`lease/admission.py`: MAX_CONCURRENT_RUNS, 429
-`server_busy`, 503 `shutting_down` while draining), then one start statement (`lease/store.py`) under this
-process's lease, before anything streams; the flow in its own task (a client that disconnects does not stop it),
-its CrewAI part on the threads of `flow/crewai/threads.py`; one end statement, retried, or the lease sweep
-(`lease/keeper.py`) records the run as lost; `drain` on shutdown; every event in the run's log (`events/log.py`,
-`events/hub.py`), followed from any replica, and a cancel that reaches the run wherever it runs.
+A run's life, room by room (admission, start, flow, end or sweep, drain, the event log any replica follows):
+docs/architecture.md, "Runs".
 """
 
 from __future__ import annotations
@@ -139,8 +135,7 @@ class RunService:
     # -- start ---------------------------------------------------------------------------------------
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
-        # A new turn is planned as if nothing were pending (the start checks that in its statement); answers
-        # to interrupts need to know them first.
+        # A new turn is planned as if nothing were pending (its start statement checks); answers need them first.
         thread = await self._pending.load(ctx, session_id) if run_input.resume else None
         return await self._start(ctx, session_id, run_input, thread)
 
@@ -207,8 +202,7 @@ class RunService:
                 return Started(run=started, plan=plan)
             thread = await self._pending.load(ctx, session_id)
             if (thread.pending.id if thread.pending else None) != expected:
-                # The session waits for something else than planned (approvals, say): plan again, which
-                # refuses the run when it does not answer them (409 interrupt_pending).
+                # The session waits for something else than planned: plan again (409 interrupt_pending if unanswered).
                 plan = plan_turn(run_input, thread.pending, self._tool_map)
                 continue
             if swept:
