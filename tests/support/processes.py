@@ -14,8 +14,12 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 from uuid import uuid4
+
+T = TypeVar("T")
 
 MARKER_ENV = "AGENT_RUNTIME_TEST_PROCESS"
 
@@ -72,3 +76,15 @@ async def end_marked(marker: str, within: float = 10.0) -> list[int]:
             raise AssertionError(f"processes marked {marker} still alive after SIGKILL: {pids}")
         await asyncio.sleep(0.05)
     return killed
+
+
+async def bounded(proc: asyncio.subprocess.Process, step: Awaitable[T], seconds: float) -> T:
+    """`step` (e.g. `proc.communicate()`) for at most `seconds`: past that `proc` is killed, not left running
+    after the test, and TimeoutError raised."""
+    try:
+        return await asyncio.wait_for(step, seconds)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
