@@ -12,14 +12,16 @@ stays unimported (no mutant touches that module; `mutants.py` refuses one that w
 
 Protocol, one line each on stdout: `started <pid>` after a fork (the child leads its own process group, so
 the caller can kill it and all it started), then `exited <status>` (a negative status is the signal that
-ended it, as `subprocess` reports it).
+ended it, as `subprocess` reports it), once whatever the child left running in its group is killed too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -72,6 +74,12 @@ def main() -> None:
         if pid == 0:
             run_child(list(request["args"]), str(request["output"]))
         print(f"started {pid}", flush=True)
+        # Exited, not yet reaped: while the child is a zombie its pid, which is its group's id, cannot be
+        # reused, so the SIGKILL reaches only what it started and left running (a server its test failed to
+        # stop, orphaned workers), never a stranger's group.
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
         _, wait_status = os.waitpid(pid, 0)
         print(f"exited {os.waitstatus_to_exitcode(wait_status)}", flush=True)
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from uuid import UUID, uuid4
@@ -10,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from tests.support.database import PgServer, create_database, drop_database, find_server
+from tests.support.processes import MARKER_ENV, command_line, end_marked, mark_session, marked
 
 from agent_runtime.api.app import create_app
 from agent_runtime.db.migrations import apply_migrations
@@ -23,6 +25,20 @@ TEST_JWT_SECRET = "test-secret-for-agent-runtime-0123456789abcdef"
 
 # CrewAI and LiteLLM must stay offline and quiet in tests (see LIBRARY-NOTES.md).
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+mark_session()
+
+
+@pytest.fixture(scope="session", autouse=True)
+async def no_process_outlives_the_session() -> AsyncIterator[None]:
+    """The backstop behind each test's own clean-up: whatever a test or fixture left running is killed once
+    the session ends (set up first, so torn down last), with a warning that names it."""
+    yield
+    session = os.environ[MARKER_ENV]
+    left = {pid: command_line(pid) for pid in marked(session)}
+    await end_marked(session)
+    if left:
+        warnings.warn(f"killed {len(left)} processes the tests left running: {left}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import TEST_JWT_SECRET
+from tests.support.processes import bounded
 
 from agent_runtime.cli import main
 
@@ -21,7 +22,7 @@ async def _cli(*args: str, env: dict[str, str], cwd: Path) -> tuple[int, str, st
     proc = await asyncio.create_subprocess_exec(
         *CLI, *args, env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+    stdout, stderr = await bounded(proc, proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, stdout.decode(), stderr.decode()
 

@@ -104,7 +104,10 @@ async def first_start(
             later_run=min(later, key=lambda timing: timing.finished),
         )
     finally:
-        assert await server.stop() == 0, server.log_tail()
+        try:
+            assert await server.stop() == 0, server.log_tail()
+        finally:
+            await server.close()
 
 
 async def test_ready_waits_for_the_warm_up_and_the_first_run_then_does_not(first_start: FirstStart) -> None:

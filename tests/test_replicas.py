@@ -84,8 +84,7 @@ async def replicas(
             yield Replicas(a=a, b=b, stub=stub)
         finally:
             for server in (a, b):
-                server.kill()
-                await server.proc.wait()
+                await server.close()
 
 
 async def _warm_up(server: ServeProcess, user: User) -> None:

@@ -14,6 +14,7 @@ from uuid import uuid4
 
 import httpx
 from tests.conftest import TEST_JWT_SECRET
+from tests.support.processes import bounded
 
 from agent_runtime.resources import default_config_dir
 
@@ -69,7 +70,7 @@ async def test_serve_process_end_to_end(database_url: str) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         # A bound, not a wait: exit also waits for the background CrewAI import (seconds on a busy machine).
-        output = (await asyncio.wait_for(proc.communicate(), 60))[0].decode()
+        output = (await bounded(proc, proc.communicate(), 60))[0].decode()
     records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     # A handled SIGTERM stops accepting, drains the runs, runs the lifespan shutdown (pool closed) and exits 0
     # (api/server.py; an unhandled kill is -15). The log shows it happened in that order: uvicorn writes the
@@ -99,7 +100,7 @@ async def test_serve_refuses_a_broken_template_with_one_line_naming_file_and_key
     tasks.write_text(text.replace("Carry out the execution_brief of your intent answer above.", "{user_inptu}", 1))
     env = {**os.environ, "DATABASE_URL": database_url, "JWT_SECRET": TEST_JWT_SECRET, "CREWAI_CONFIG_DIR": str(config)}
     proc = await _serve(env, stderr=asyncio.subprocess.PIPE)
-    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    stdout, stderr = await bounded(proc, proc.communicate(), 60)
     assert proc.returncode == 1
     assert stdout == b""  # stopped before the banner: nothing claims the service is up
     expected = f"invalid configuration: {tasks}: execution.request: unknown placeholder {{user_inptu}}\n"

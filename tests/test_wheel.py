@@ -114,7 +114,8 @@ async def test_migrate_and_a_demo_run_from_the_installed_wheel(
                 events = parse_sse(run.text)
                 assert [e["type"] for e in events][-1] == "RUN_FINISHED", run.text[-2000:]
                 assert (await client.get("/docs")).status_code == 200
-        finally:
             assert await server.stop(within=120) == 0, server.log_tail()
+        finally:
+            await server.close()
     finally:
         await drop_database(pg_server, name)

@@ -34,9 +34,10 @@ async def servers(
     )
     running = [s for s in started if isinstance(s, ServeProcess)]
     errors = [e for e in started if isinstance(e, BaseException)]
-    if errors:
-        for server in running:
-            await server.stop()
-        raise errors[0]
-    yield Servers(demo=started[0], failing=started[1])  # type: ignore[arg-type]
-    await asyncio.gather(*(s.stop() for s in running))
+    try:
+        if errors:
+            raise errors[0]
+        yield Servers(demo=started[0], failing=started[1])  # type: ignore[arg-type]
+        await asyncio.gather(*(s.stop() for s in running))
+    finally:
+        await asyncio.gather(*(s.close() for s in running))

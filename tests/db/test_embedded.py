@@ -58,20 +58,28 @@ async def test_clean_stop_after_a_kill_9_leaves_no_postgresql(data_dir: Path, tm
     env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1"}
 
     crashed = await start_serve("crashed", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
-    crashed.kill()  # SIGKILL: no lifespan shutdown, no atexit; PostgreSQL keeps running
-    await crashed.proc.wait()
-    assert crashed.proc.pid in json.loads((pgdata / HANDLE_PIDS_FILE).read_text())
-    assert _postgres_processes(pgdata), "the crash should have left PostgreSQL running"
+    try:
+        crashed.kill()  # SIGKILL: no lifespan shutdown, no atexit; PostgreSQL keeps running
+        await crashed.proc.wait()
+        assert crashed.proc.pid in json.loads((pgdata / HANDLE_PIDS_FILE).read_text())
+        assert _postgres_processes(pgdata), "the crash should have left PostgreSQL running"
 
-    clean = await start_serve("clean", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
-    clean.proc.send_signal(signal.SIGINT)
-    await asyncio.wait_for(clean.proc.wait(), 120)
-    output = clean.log_tail(20_000)
-    assert clean.proc.returncode in (0, 130), output
+        clean = await start_serve("clean", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+        try:
+            clean.proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(clean.proc.wait(), 120)
+            output = clean.log_tail(20_000)
+            assert clean.proc.returncode in (0, 130), output
 
-    assert _postgres_processes(pgdata) == [], output
-    assert json.loads((pgdata / HANDLE_PIDS_FILE).read_text()) == []
-    assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+            assert _postgres_processes(pgdata) == [], output
+            assert json.loads((pgdata / HANDLE_PIDS_FILE).read_text()) == []
+            assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+        finally:
+            await clean.close()
+    finally:
+        # The PostgreSQL the crash left running carries this server's marker: ended here if the clean stop
+        # did not.
+        await crashed.close()
 
 
 async def test_a_second_ctrl_c_during_the_stop_leaves_no_postgresql_and_no_traceback(
@@ -81,16 +89,18 @@ async def test_a_second_ctrl_c_during_the_stop_leaves_no_postgresql_and_no_trace
     pgdata = (data_dir / "pgdata").resolve()
     env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1"}
     server = await start_serve("twice", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
+    try:
+        server.proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.05)  # uv forwards its copy a moment later
+        server.proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(server.proc.wait(), 120)
 
-    server.proc.send_signal(signal.SIGINT)
-    await asyncio.sleep(0.05)  # uv forwards its copy a moment later
-    server.proc.send_signal(signal.SIGINT)
-    await asyncio.wait_for(server.proc.wait(), 120)
-
-    output = server.log_tail(20_000)
-    assert _postgres_processes(pgdata) == [], output
-    assert "Traceback" not in output and '"level": "ERROR"' not in output, output
-    assert server.proc.returncode in (0, 130), output
+        output = server.log_tail(20_000)
+        assert _postgres_processes(pgdata) == [], output
+        assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+        assert server.proc.returncode in (0, 130), output
+    finally:
+        await server.close()
 
 
 async def test_workers_share_the_parents_embedded_postgresql_and_a_ctrl_c_stops_all_of_it(
@@ -101,17 +111,20 @@ async def test_workers_share_the_parents_embedded_postgresql_and_a_ctrl_c_stops_
     pgdata = (data_dir / "pgdata").resolve()
     env = {"DATA_DIR": str(data_dir), "HOST": "127.0.0.1", "WORKERS": "2"}
     server = await start_serve("workers", database_url=None, workdir=tmp_path, env=env, ready_timeout=120)
-    workers = worker_pids(server.proc.pid)
-    assert len(workers) == 2
-    assert len(json.loads((pgdata / HANDLE_PIDS_FILE).read_text())) == 1  # one server, the parent's
+    try:
+        workers = worker_pids(server.proc.pid)
+        assert len(workers) == 2
+        assert len(json.loads((pgdata / HANDLE_PIDS_FILE).read_text())) == 1  # one server, the parent's
 
-    for pid in (server.proc.pid, *workers):
-        os.kill(pid, signal.SIGINT)
-    await asyncio.sleep(0.05)
-    server.proc.send_signal(signal.SIGINT)
-    await asyncio.wait_for(server.proc.wait(), 120)
+        for pid in (server.proc.pid, *workers):
+            os.kill(pid, signal.SIGINT)
+        await asyncio.sleep(0.05)
+        server.proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(server.proc.wait(), 120)
 
-    output = server.log_tail(50_000)
-    assert server.proc.returncode == 0, output
-    assert _postgres_processes(pgdata) == [], output
-    assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+        output = server.log_tail(50_000)
+        assert server.proc.returncode == 0, output
+        assert _postgres_processes(pgdata) == [], output
+        assert "Traceback" not in output and '"level": "ERROR"' not in output, output
+    finally:
+        await server.close()

@@ -55,5 +55,6 @@ async def warm_server(database_url: str, tmp_path_factory: pytest.TempPathFactor
             run = await client.post(f"/v1/sessions/{session}/runs", json={"message": "hi"})
             assert "RUN_FINISHED" in run.text, run.text[-500:]
         yield server
-    finally:
         assert await server.stop() == 0, server.log_tail()
+    finally:
+        await server.close()

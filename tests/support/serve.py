@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import httpx
 from tests.conftest import TEST_JWT_SECRET
+from tests.support.processes import MARKER_ENV, end_marked, marker_for
 
 T = TypeVar("T")
 
@@ -54,6 +55,8 @@ class ServeProcess:
     proc: asyncio.subprocess.Process
     log_path: Path
     workdir: Path
+    # In the environment of the server and of every process it starts (tests/support/processes.py).
+    marker: str
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -75,8 +78,16 @@ class ServeProcess:
         return self.proc.returncode
 
     def kill(self) -> None:
+        """SIGKILL this process only: what it started is left to itself (as after a crash)."""
         if self.proc.returncode is None:
             self.proc.kill()
+
+    async def close(self) -> None:
+        """End the server and everything it started, however they are left (orphaned workers, a PostgreSQL
+        a kill -9 left behind): for a `finally`, after whatever stop the test itself checks."""
+        self.kill()
+        await self.proc.wait()
+        await end_marked(self.marker)
 
 
 async def start_serve(
@@ -96,18 +107,21 @@ async def start_serve(
     server = await launch_serve(name, database_url=database_url, workdir=workdir, env=env, command=command)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ready_timeout
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
-        while loop.time() < deadline:
-            if server.proc.returncode is not None:
-                raise AssertionError(f"server {name} exited with {server.proc.returncode}:\n{server.log_tail()}")
-            with contextlib.suppress(httpx.TransportError):
-                ready = await client.get("/health/ready")
-                if ready.status_code == 200:
-                    return server
-            await asyncio.sleep(0.1)
-    server.kill()
-    await server.proc.wait()
-    raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+    try:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=2) as client:
+            while loop.time() < deadline:
+                if server.proc.returncode is not None:
+                    raise AssertionError(f"server {name} exited with {server.proc.returncode}:\n{server.log_tail()}")
+                with contextlib.suppress(httpx.TransportError):
+                    ready = await client.get("/health/ready")
+                    if ready.status_code == 200:
+                        return server
+                await asyncio.sleep(0.1)
+        raise AssertionError(f"server {name} did not become ready in {ready_timeout} s:\n{server.log_tail()}")
+    except BaseException:
+        # Also when it exited: what it had started may still run (an embedded PostgreSQL, a worker).
+        await server.close()
+        raise
 
 
 async def launch_serve(
@@ -131,6 +145,7 @@ async def launch_serve(
         LITELLM_LOCAL_MODEL_COST_MAP="True",
     )
     full_env.update(env or {})
+    marker = full_env[MARKER_ENV] = marker_for(name)
     log_path = workdir / f"server-{name}.log"
     with log_path.open("wb") as log:
         # cwd outside the checkout: no developer `.env` can change what the test chose.
@@ -142,7 +157,7 @@ async def launch_serve(
             stdout=log,
             stderr=log,
         )
-    return ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir)
+    return ServeProcess(name, f"http://127.0.0.1:{port}", proc, log_path, workdir, marker)
 
 
 async def poll_until(fetch: Callable[[], Awaitable[T]], done: Callable[[T], bool], *, within: float) -> T:
