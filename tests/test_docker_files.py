@@ -72,7 +72,14 @@ def hadolint_bin() -> Path:
 
 
 # The compose variables the file reads: only what a test passes may count, never the caller's shell.
-COMPOSE_VARIABLES = ("JWT_SECRET", "BIND_ADDRESS", "POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")
+COMPOSE_VARIABLES = (
+    "JWT_SECRET",
+    "BIND_ADDRESS",
+    "AGENT_RUNTIME_PORT",
+    "POSTGRES_USER",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_DB",
+)
 TEST_SECRET = "compose-test-secret-0123456789abcdef"
 
 
@@ -168,6 +175,17 @@ def test_compose_binds_to_localhost_unless_told_otherwise(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     ports = json.loads(result.stdout)["services"]["agent-runtime"]["ports"]
     assert [(p["host_ip"], str(p["published"]), p["target"]) for p in ports] == [("0.0.0.0", "8000", 8000)]
+
+
+def test_compose_host_port_is_configurable(tmp_path: Path) -> None:
+    copy = _isolated_copy(tmp_path)
+    variables = {"JWT_SECRET": TEST_SECRET, "AGENT_RUNTIME_PORT": "18080"}
+    result = run_compose(copy, "config", "--format", "json", home=tmp_path, variables=variables)
+    assert result.returncode == 0, result.stderr
+    app = json.loads(result.stdout)["services"]["agent-runtime"]
+    # Only the host side moves: the container, its PORT and its healthcheck stay on 8000.
+    assert [(p["host_ip"], str(p["published"]), p["target"]) for p in app["ports"]] == [("127.0.0.1", "18080", 8000)]
+    assert str(app["environment"]["PORT"]) == "8000"
 
 
 @pytest.mark.parametrize(
