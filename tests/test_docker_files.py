@@ -358,6 +358,22 @@ def test_dockerfile_runtime_contract() -> None:
     assert "ghcr.io" not in text
 
 
+def test_dockerfile_package_index_defaults_to_public_pypi() -> None:
+    # A mirror or a proxy's CA comes from the build (build args, the optional `build-ca` secret: what
+    # scripts/compose_smoke.sh passes), never from the file.
+    instructions = _instructions(DOCKERFILE)
+    args = dict(a.split("=", 1) for kw, a in instructions if kw == "ARG" and "=" in a)
+    assert args["PIP_INDEX_URL"] == args["UV_DEFAULT_INDEX"] == "https://pypi.org/simple"
+    runs = [a for kw, a in instructions if kw == "RUN"]
+    networked = [r for r in runs if re.search(r"\b(pip install|uv sync|uv build)\b", r)]
+    assert len(networked) == 3, networked
+    for run in networked:
+        assert "--mount=type=secret,id=build-ca" in run, run
+        assert "if [ -s /run/secrets/build-ca ]" in run, run  # optional: absent secret, default trust
+    urls = set(re.findall(r"https?://[^\s\"'`]+", DOCKERFILE.read_text(encoding="utf-8")))
+    assert urls <= {"https://pypi.org/simple", "https://mirror.example/simple", "http://127.0.0.1:"}, urls
+
+
 # --------------------------------------------------------------------------- .dockerignore
 
 
