@@ -520,3 +520,26 @@ def test_dashboard_queries_name_only_metrics_the_service_exports() -> None:
     for topic in ("runs finished per second", "run duration", "tokens per hour", "cny per hour", "cache-hit", "error"):
         assert topic in titles, topic
     assert all(t["datasource"]["uid"] == "prometheus" for p in dashboard["panels"] for t in p["targets"])
+
+
+# --------------------------------------------------------------------------- scripts/compose_smoke.sh
+
+SMOKE_SCRIPT = ROOT / "scripts" / "compose_smoke.sh"
+
+
+def test_compose_smoke_script_parses() -> None:
+    result = subprocess.run(["bash", "-n", str(SMOKE_SCRIPT)], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_smoke_has_a_stand_in_for_every_base(compose_config: dict[str, Any]) -> None:
+    # The script builds a stand-in for each image the Dockerfile and the compose file start from; a new
+    # base (another Python, another database) needs a recipe there, or CI's smoke run stops at it.
+    import fnmatch
+
+    patterns = re.findall(r"^\s+(\S+)\) standin_\w+ \"\$\{image\}\" ;;$", SMOKE_SCRIPT.read_text(), re.MULTILINE)
+    assert len(patterns) >= 2, patterns
+    args = dict(a.split("=", 1) for kw, a in _instructions(DOCKERFILE) if kw == "ARG" and "=" in a)
+    bases = {args["PYTHON_IMAGE"], compose_config["services"]["postgres"]["image"]}
+    uncovered = [b for b in sorted(bases) if not any(fnmatch.fnmatchcase(b, p) for p in patterns)]
+    assert not uncovered, f"no stand-in recipe in scripts/compose_smoke.sh for {uncovered}"
