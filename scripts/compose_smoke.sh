@@ -43,9 +43,14 @@ PROJECT=agent-runtime-smoke
 APP_IMAGE=agent-runtime:smoke
 USER_ID=3f1a0e4e-8d7c-4b8e-9a51-2c0f7c1c9e11
 
-step() { printf '\n--> [%4ss] %s\n' "${SECONDS}" "$*"; }
+LAST_STEP="start"
+FAILURE=""
+step() {
+    LAST_STEP="$*"
+    printf '\n--> [%4ss] %s\n' "${SECONDS}" "$*"
+}
 die() {
-    printf 'compose smoke: FAILED: %s\n' "$*" >&2
+    FAILURE="$*"
     exit 1
 }
 
@@ -73,6 +78,9 @@ cleanup() {
     rm -rf "${WORK}"
     if [ "${status}" -eq 0 ]; then
         printf '\ncompose smoke: passed in %ss\n' "${SECONDS}"
+    else
+        printf '\ncompose smoke: FAILED at "%s" after %ss: %s\n' "${LAST_STEP}" "${SECONDS}" \
+            "${FAILURE:-a command exited ${status} (output above)}" >&2
     fi
     exit "${status}"
 }
@@ -105,7 +113,8 @@ if ! docker info >/dev/null 2>&1; then
     echo "starting dockerd (log: ${CACHE_DIR}/dockerd.log)"
     # No firewall rules, no IP forwarding, no docker0: nothing of the daemon outlives it on a shared
     # machine, and no container reaches past this host (builds use the host's network, below; the
-    # stack's containers only talk to each other and to the published port).
+    # stack's containers only talk to each other and to the published port). Compose then warns
+    # "IPv4 forwarding is disabled. Networking will not work.": expected, and true only off this host.
     setsid dockerd --iptables=false --ip-forward=false --bridge=none \
         >"${CACHE_DIR}/dockerd.log" 2>&1 </dev/null &
     STARTED_DOCKERD=$!
