@@ -71,6 +71,11 @@ cleanup() {
     if [ -z "${SMOKE_KEEP_IMAGE:-}" ] && [ -n "${DOCKER_UP:-}" ]; then
         docker image rm "${APP_IMAGE}" >/dev/null 2>&1
     fi
+    if [ -n "${DOCKER_UP:-}" ]; then
+        # The build cache (the dependency layer, uv's cache) makes the next run fast; each change of
+        # src/ adds another copy of the venv (~1.3 GB): keep the most recent few GB.
+        docker builder prune -f --keep-storage "${SMOKE_BUILD_CACHE:-4GB}" >/dev/null 2>&1
+    fi
     if [ -n "${STARTED_DOCKERD}" ]; then
         kill "${STARTED_DOCKERD}" 2>/dev/null
         for _ in $(seq 60); do kill -0 "${STARTED_DOCKERD}" 2>/dev/null || break; sleep 0.5; done
@@ -316,9 +321,6 @@ compose build --progress plain agent-runtime >"${WORK}/build.log" 2>&1 || {
     die "compose build"
 }
 grep -E '^#[0-9]+ (DONE|CACHED)' "${WORK}/build.log" | tail -3 || true
-# The build cache (dependency layer, uv's cache) is what makes the next run fast; each change of src/
-# adds a new copy of the venv (~1.3 GB): keep the most recent few GB.
-docker builder prune -f --keep-storage "${SMOKE_BUILD_CACHE:-4GB}" >/dev/null 2>&1 || echo "(build cache not pruned)"
 
 step "compose up -d"
 STACK_UP=1
