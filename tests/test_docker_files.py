@@ -72,7 +72,14 @@ def hadolint_bin() -> Path:
 
 
 # The compose variables the file reads: only what a test passes may count, never the caller's shell.
-COMPOSE_VARIABLES = ("JWT_SECRET", "BIND_ADDRESS", "POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")
+COMPOSE_VARIABLES = (
+    "JWT_SECRET",
+    "BIND_ADDRESS",
+    "AGENT_RUNTIME_PORT",
+    "POSTGRES_USER",
+    "POSTGRES_PASSWORD",
+    "POSTGRES_DB",
+)
 TEST_SECRET = "compose-test-secret-0123456789abcdef"
 
 
@@ -168,6 +175,17 @@ def test_compose_binds_to_localhost_unless_told_otherwise(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr
     ports = json.loads(result.stdout)["services"]["agent-runtime"]["ports"]
     assert [(p["host_ip"], str(p["published"]), p["target"]) for p in ports] == [("0.0.0.0", "8000", 8000)]
+
+
+def test_compose_host_port_is_configurable(tmp_path: Path) -> None:
+    copy = _isolated_copy(tmp_path)
+    variables = {"JWT_SECRET": TEST_SECRET, "AGENT_RUNTIME_PORT": "18080"}
+    result = run_compose(copy, "config", "--format", "json", home=tmp_path, variables=variables)
+    assert result.returncode == 0, result.stderr
+    app = json.loads(result.stdout)["services"]["agent-runtime"]
+    # Only the host side moves: the container, its PORT and its healthcheck stay on 8000.
+    assert [(p["host_ip"], str(p["published"]), p["target"]) for p in app["ports"]] == [("127.0.0.1", "18080", 8000)]
+    assert str(app["environment"]["PORT"]) == "8000"
 
 
 @pytest.mark.parametrize(
@@ -340,6 +358,22 @@ def test_dockerfile_runtime_contract() -> None:
     assert "ghcr.io" not in text
 
 
+def test_dockerfile_package_index_defaults_to_public_pypi() -> None:
+    # A mirror or a proxy's CA comes from the build (build args, the optional `build-ca` secret: what
+    # scripts/compose_smoke.sh passes), never from the file.
+    instructions = _instructions(DOCKERFILE)
+    args = dict(a.split("=", 1) for kw, a in instructions if kw == "ARG" and "=" in a)
+    assert args["PIP_INDEX_URL"] == args["UV_DEFAULT_INDEX"] == "https://pypi.org/simple"
+    runs = [a for kw, a in instructions if kw == "RUN"]
+    networked = [r for r in runs if re.search(r"\b(pip install|uv sync|uv build)\b", r)]
+    assert len(networked) == 3, networked
+    for run in networked:
+        assert "--mount=type=secret,id=build-ca" in run, run
+        assert "if [ -s /run/secrets/build-ca ]" in run, run  # optional: absent secret, default trust
+    urls = set(re.findall(r"https?://[^\s\"'`]+", DOCKERFILE.read_text(encoding="utf-8")))
+    assert urls <= {"https://pypi.org/simple", "https://mirror.example/simple", "http://127.0.0.1:"}, urls
+
+
 # --------------------------------------------------------------------------- .dockerignore
 
 
@@ -486,3 +520,26 @@ def test_dashboard_queries_name_only_metrics_the_service_exports() -> None:
     for topic in ("runs finished per second", "run duration", "tokens per hour", "cny per hour", "cache-hit", "error"):
         assert topic in titles, topic
     assert all(t["datasource"]["uid"] == "prometheus" for p in dashboard["panels"] for t in p["targets"])
+
+
+# --------------------------------------------------------------------------- scripts/compose_smoke.sh
+
+SMOKE_SCRIPT = ROOT / "scripts" / "compose_smoke.sh"
+
+
+def test_compose_smoke_script_parses() -> None:
+    result = subprocess.run(["bash", "-n", str(SMOKE_SCRIPT)], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_smoke_has_a_stand_in_for_every_base(compose_config: dict[str, Any]) -> None:
+    # The script builds a stand-in for each image the Dockerfile and the compose file start from; a new
+    # base (another Python, another database) needs a recipe there, or CI's smoke run stops at it.
+    import fnmatch
+
+    patterns = re.findall(r"^\s+(\S+)\) standin_\w+ \"\$\{image\}\" ;;$", SMOKE_SCRIPT.read_text(), re.MULTILINE)
+    assert len(patterns) >= 2, patterns
+    args = dict(a.split("=", 1) for kw, a in _instructions(DOCKERFILE) if kw == "ARG" and "=" in a)
+    bases = {args["PYTHON_IMAGE"], compose_config["services"]["postgres"]["image"]}
+    uncovered = [b for b in sorted(bases) if not any(fnmatch.fnmatchcase(b, p) for p in patterns)]
+    assert not uncovered, f"no stand-in recipe in scripts/compose_smoke.sh for {uncovered}"
