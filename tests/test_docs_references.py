@@ -39,6 +39,10 @@ ELSEWHERE = {
     "BENCH_ADMIN_URL": "scripts/bench/load_kit.py",  # the benchmarks' PostgreSQL
     "BIND_ADDRESS": "docker/docker-compose.yml",  # a compose variable
     "POSTGRES_PASSWORD": "docker/docker-compose.yml",
+    "AGENT_RUNTIME_PORT": "docker/docker-compose.yml",  # the compose service's host port
+    "PIP_INDEX_URL": "docker/Dockerfile",  # a build argument
+    "UV_PYTHON": "pyproject.toml",  # uv's interpreter choice (pyproject sets python-downloads)
+    "PYENV_VERSION": "pyproject.toml",
     "CREWAI_DISABLE_TELEMETRY": "src/agent_runtime/engine/flow/crewai/env.py",  # set for CrewAI before its import
     "OTEL_SDK_DISABLED": "src/agent_runtime/engine/flow/crewai/env.py",  # deliberately not set
     "DIRECT_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",  # the intent stage's routes
