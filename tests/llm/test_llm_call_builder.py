@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from agent_runtime.engine.llm import LLMAuthError, LLMRequest, NamedFunction, NamedToolChoice, WireMessage
-from agent_runtime.engine.llm.call_builder import JSON_HINT, CallBuilder, CallTarget, litellm_model_id
+from agent_runtime.engine.llm.call_builder import JSON_HINT, CallBuilder, CallTarget, model_id_for_litellm
 from agent_runtime.settings import Settings
 
 
@@ -16,9 +16,9 @@ def settings(**values: object) -> Settings:
 
 
 def test_model_ids_get_the_provider_prefix_litellm_routes_on() -> None:
-    assert litellm_model_id("deepseek-flash") == "deepseek/deepseek-flash"
-    assert litellm_model_id("deepseek/deepseek-flash") == "deepseek/deepseek-flash"
-    assert litellm_model_id("demo/agent") == "demo/agent"
+    assert model_id_for_litellm("deepseek-flash") == "deepseek/deepseek-flash"
+    assert model_id_for_litellm("deepseek/deepseek-flash") == "deepseek/deepseek-flash"
+    assert model_id_for_litellm("demo/agent") == "demo/agent"
 
 
 def test_target_carries_key_and_base_and_is_cached() -> None:

@@ -7,7 +7,7 @@ from tests.memory.factories import calls, ids, reply, result, sys_, user
 
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.tokenizer import TokenizerInfo, tokenizer_info
-from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, litellm_token_counter, to_wire
+from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, to_wire, token_counter_for
 from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter
 
 MODEL = "deepseek/deepseek-flash"
@@ -34,7 +34,7 @@ def test_deepseek_is_counted_with_its_own_tokenizer_offline() -> None:
     assert tokenizer_info(MODEL) == TokenizerInfo(
         model=MODEL, tokenizer="deepseek (HuggingFace, bundled with LiteLLM)", exact=True
     )
-    assert litellm_token_counter(MODEL).info.exact
+    assert token_counter_for(MODEL).info.exact
 
 
 def test_a_model_without_its_own_tokenizer_falls_back_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
@@ -52,7 +52,7 @@ def test_a_model_without_its_own_tokenizer_falls_back_and_says_so(caplog: pytest
 
 
 def test_per_message_counts_add_up_to_the_whole_window_and_overcount_only_the_framing() -> None:
-    counter = litellm_token_counter(MODEL)
+    counter = token_counter_for(MODEL)
     per_message = [counter(m) for m in CONVERSATION]
     whole = load_litellm().token_counter(model=MODEL, messages=[to_wire(m) for m in CONVERSATION])
     # The reply priming (3 tokens) is counted once for a list, and taken off each single message.
@@ -62,13 +62,13 @@ def test_per_message_counts_add_up_to_the_whole_window_and_overcount_only_the_fr
     # template spends one token per message, so the overcount is at most 7 a message, and never negative.
     assert framing == [4, 4, 5, 4, 8]
     assert counter(calls("c2", "k1")) == per_message[3], "same wire form, same count (cached by content)"
-    assert litellm_token_counter(MODEL) is counter
+    assert token_counter_for(MODEL) is counter
 
 
 def test_default_policy_counts_with_litellm() -> None:
     long_answer = reply("a1", "lorem ipsum dolor sit amet " * 200)
     conversation: list[ChatMessage] = [user("u1"), long_answer, user("u2"), reply("a2", "short")]
-    counter = litellm_token_counter(MODEL)
+    counter = token_counter_for(MODEL)
     budget = counter(conversation[2]) + counter(conversation[3]) + counter(conversation[0])
     outcome = apply_window(conversation, WindowPolicy(max_tokens=budget, model=MODEL))
     assert ids(outcome.messages) == ["u2", "a2"]

@@ -12,7 +12,7 @@ from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
-from agent_runtime.engine.llm.call_builder import litellm_model_id
+from agent_runtime.engine.llm.call_builder import model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.messages.store import MessageStore
@@ -74,11 +74,11 @@ def load_config(settings: Settings) -> FlowTemplates:
     PricingTable.load(settings.pricing_file)
     catalog = ModelCatalog.load(settings.models_file)
     if settings.llm_model is not None:
-        catalog.refuse_retired(litellm_model_id(settings.llm_model), "LLM_MODEL")
+        catalog.refuse_retired(model_id_for_litellm(settings.llm_model), "LLM_MODEL")
     templates = load_flow_templates(settings.crewai_config_dir)
     for name, task in templates.tasks().items():
         if task.model is not None:
-            catalog.refuse_retired(litellm_model_id(task.model), f"{TASKS_FILE}: {name}.model")
+            catalog.refuse_retired(model_id_for_litellm(task.model), f"{TASKS_FILE}: {name}.model")
     # A summary asked to be up to N tokens long but capped below N would be cut off mid-sentence every time.
     if settings.memory_summary_enabled and templates.summary_max_tokens < settings.memory_summary_max_tokens:
         raise TemplateConfigError(

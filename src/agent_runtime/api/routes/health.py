@@ -44,7 +44,7 @@ async def ready(engine: Engine) -> Readiness | JSONResponse:
     if not await engine.is_ready():
         return error_json(503, "unavailable", "database is not reachable")
     # Readiness waits for the warm-up, not only the first run: a load balancer that sent runs as soon as the
-    # database answered made the first one after every start wait ~4.5-10 s for CrewAI's import.
+    # database answered made the first one after every start wait seconds for CrewAI's import.
     warm_up = engine.runs.warm_up
     if warm_up == "warming_up":
         return error_json(503, "warming_up", "CrewAI and LiteLLM are still loading; retry shortly")

@@ -32,7 +32,7 @@ class CallTarget(BaseModel):
     is_demo: bool = False
 
 
-def litellm_model_id(model: str) -> str:
+def model_id_for_litellm(model: str) -> str:
     """`deepseek-flash` -> `deepseek/deepseek-flash`; LiteLLM routes on the provider prefix."""
     if "/" not in model and model.startswith("deepseek-"):
         return f"deepseek/{model}"
@@ -67,7 +67,7 @@ class CallBuilder:
         return cached
 
     def _resolve(self, requested: str, api_base: str | None) -> CallTarget:
-        model = litellm_model_id(requested)
+        model = model_id_for_litellm(requested)
         provider = model.split("/", 1)[0]
         if provider == DEMO_PROVIDER:
             from agent_runtime.engine.llm.demo_provider import ensure_demo_provider

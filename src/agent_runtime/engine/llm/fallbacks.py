@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget, litellm_model_id
+from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget, model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.litellm_import import load_litellm
 
@@ -49,7 +49,8 @@ class FallbackChains:
         cached = self._targets.get(model)
         if cached is None:
             cached = self._targets[model] = [
-                self._builder.target(litellm_model_id(t.model), api_base=t.api_base) for t in self._catalog.chain(model)
+                self._builder.target(model_id_for_litellm(t.model), api_base=t.api_base)
+                for t in self._catalog.chain(model)
             ]
         return cached
 

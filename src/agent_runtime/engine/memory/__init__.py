@@ -56,7 +56,7 @@ from agent_runtime.engine.memory.repository import (
     validate_conversation_id,
 )
 from agent_runtime.engine.memory.summary import SummaryRequest
-from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenCounter, litellm_token_counter
+from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenCounter, token_counter_for
 from agent_runtime.engine.memory.window import WindowPlan, WindowPolicy, WindowResult, apply_window, plan_window
 
 __all__ = [
@@ -91,10 +91,10 @@ __all__ = [
     "build_model_input",
     "from_agui",
     "from_wire",
-    "litellm_token_counter",
     "plan_window",
     "to_agui",
     "to_wire",
+    "token_counter_for",
     "validate_conversation_id",
     "with_memory",
 ]

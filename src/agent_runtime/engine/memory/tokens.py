@@ -73,6 +73,6 @@ class LiteLLMTokenCounter:
 
 
 @lru_cache(maxsize=16)
-def litellm_token_counter(model: str) -> LiteLLMTokenCounter:
+def token_counter_for(model: str) -> LiteLLMTokenCounter:
     """The process-wide counter for `model`, so its cache is shared by every window computed for it."""
     return LiteLLMTokenCounter(model)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, SystemMessage, ToolMessage, UserMessage
-from agent_runtime.engine.memory.tokens import TokenCounter, litellm_token_counter
+from agent_runtime.engine.memory.tokens import TokenCounter, token_counter_for
 from agent_runtime.settings import DEEPSEEK_DEFAULT_MODEL
 
 
@@ -73,7 +73,7 @@ class WindowPolicy(BaseModel):
         return self
 
     def counter(self) -> TokenCounter:
-        return self.token_counter or litellm_token_counter(self.model)
+        return self.token_counter or token_counter_for(self.model)
 
     def high(self) -> _Limits:
         return self._limits(self.max_messages, self.max_tokens)

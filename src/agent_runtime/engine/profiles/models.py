@@ -34,7 +34,7 @@ def _bcp47(value: str) -> str:
 
 @cache
 def _iana_timezones() -> frozenset[str]:
-    # available_timezones() walks the tzdata directories on every call: 16 ms, per profile write before.
+    # available_timezones() walks the tzdata directories on every call: too slow for every profile write.
     return frozenset(available_timezones())
 
 
@@ -57,8 +57,8 @@ def _iso_country(value: str) -> str:
 
 # ClientText first, so that NUL or a lone surrogate gets the same error here as in every other text field.
 # The OpenAPI `format`s name what a pattern cannot say (a registered language subtag, a zone in the IANA list:
-# as an enum, its 599 names made schemathesis' coverage phase 10x longer). No `maxLength` in the document: the
-# validators bound the length, and a generator held to a length cannot also hold to the format.
+# as an enum, its hundreds of names made schemathesis' coverage phase many times longer). No `maxLength` in the
+# document: the validators bound the length, and a generator held to a length cannot also hold to the format.
 LanguageTag = Annotated[
     ClientText,
     Field(

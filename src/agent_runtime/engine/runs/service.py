@@ -25,7 +25,7 @@ from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memory.messages import ChatMessage
-from agent_runtime.engine.memory.tokens import litellm_token_counter
+from agent_runtime.engine.memory.tokens import token_counter_for
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
@@ -126,7 +126,7 @@ class RunService:
 
     async def _token_counter(self) -> TokenCounter:
         await asyncio.shield(self.ensure_warm())  # the tokenizer is LiteLLM's, imported by the warm-up
-        return litellm_token_counter(self._settings.effective_llm_model)
+        return token_counter_for(self._settings.effective_llm_model)
 
     def ensure_warm(self) -> asyncio.Task[None]:
         """The one warm-up task (started on first call): start-up kicks it off, every run awaits it."""

@@ -23,7 +23,7 @@ WarmupState = Literal["warming_up", "warm", "failed"]
 
 async def _in_daemon_thread(work: Callable[[], _T]) -> _T:
     """`work()` on a daemon thread of its own. Not `asyncio.to_thread`: the interpreter joins the default
-    executor's threads at exit, so a stop right after start-up waited for the import to finish (10-30 s)."""
+    executor's threads at exit, so a stop right after start-up waited for the whole import."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[_T] = loop.create_future()
 
@@ -96,9 +96,10 @@ class Warmup:
         await _in_daemon_thread(lambda: __import__("agent_runtime.engine.runs.gateway.gateway"))
         await _in_daemon_thread(self.client)
         await _in_daemon_thread(self.client().prime)
-        # The imports leave ~520k long-lived objects, and every full collection scans them all: ~270 ms with
-        # every thread stopped, the event loop included. That was the 0.35-0.5 s stall when 20 runs start at
-        # once. Freezing moves them out of the collector's sight; they are module-level and never garbage.
+        # The imports leave hundreds of thousands of long-lived objects, and every full collection scans them all
+        # with every thread stopped, the event loop included: the stall when many runs start at once
+        # (docs/benchmarks.md, "Where the lag comes from"). Freezing moves them out of the collector's sight;
+        # they are module-level and never garbage.
         gc.freeze()
 
 
