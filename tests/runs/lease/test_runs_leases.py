@@ -6,6 +6,7 @@ where the test calls it, never on a timer."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from uuid import UUID, uuid4
 
@@ -76,3 +77,27 @@ async def test_a_session_whose_runs_process_died_runs_again_without_waiting_for_
             ("user", "again"),
             ("assistant", "back again"),
         ]
+
+
+async def test_a_run_whose_process_died_stops_counting_against_the_users_limit_when_its_lease_expires(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(max_concurrent_runs_per_user=1) as h:
+        await h.engine.runs.leases.stop()  # no sweep: the dead run stays `running` in the database throughout
+        user = make_user()
+        dead_sid, new_sid = await h.new_session(user), await h.new_session(user)
+        dead_replica = RunStore(h.engine.pool, owner="a-dead-replica", lease_seconds=30, endings=log_endings())
+        turn = [NewMessage(role="user", content="lost", metadata=UserInputMetadata())]
+        assert await dead_replica.start(user.ctx, UUID(dead_sid), uuid4(), turn) is not None
+
+        # Its lease still runs: it counts, and the user is at the limit.
+        refused = await h.run(user, new_sid, "too soon")
+        assert refused.status == 429, refused.body
+        assert json.loads(refused.body)["error"]["code"] == "too_many_runs"
+
+        await h.engine.pool.execute(EXPIRE, UUID(dead_sid))  # its process died: nobody renews the lease
+        h.stub.enqueue(intent_direct("admitted"))
+        result = await h.run(user, new_sid, "now")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        assert (await h.session(user, dead_sid))["status"] == "running"  # not swept: only the lease decided
