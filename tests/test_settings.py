@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_runtime.cli import main
-from agent_runtime.settings import DEMO_MODEL, DEV_JWT_SECRET, Settings, get_settings
+from agent_runtime.settings import DEMO_MODEL, DEV_JWT_SECRET, Settings, UserQuotas, get_settings
 
 STRONG_SECRET = "s" * 32
 
@@ -98,3 +98,19 @@ def test_the_cli_stops_with_the_reason(clean_env: pytest.MonkeyPatch) -> None:
         "invalid configuration: settings: Value error, "
         "JWT_SECRET must be set to a real secret when ENVIRONMENT=production"
     )
+
+
+def test_zero_is_accepted_and_means_no_limit_for_every_quota(clean_env: pytest.MonkeyPatch) -> None:
+    quotas = (
+        "MAX_CONCURRENT_RUNS_PER_USER",
+        "MAX_RUNS_PER_USER_PER_MINUTE",
+        "MAX_SESSIONS_PER_USER",
+        "USER_DAILY_BUDGET_CNY",
+        "USER_MONTHLY_BUDGET_CNY",
+    )
+    for name in quotas:
+        clean_env.setenv(name, "0")
+    assert UserQuotas() == Settings().user_quotas  # every limit unset: the database enforces none
+    for name in quotas:
+        clean_env.delenv(name)
+    assert all(value is not None for value in Settings().user_quotas.model_dump().values())  # the defaults limit

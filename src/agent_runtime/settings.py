@@ -106,7 +106,8 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64)
     # Admission control and leases (docs/architecture.md, "Runs"); why 64: docs/benchmarks.md, "MAX_CONCURRENT_RUNS".
     max_concurrent_runs: int = Field(default=64, ge=1, le=4096)
-    max_concurrent_runs_per_user: int = Field(default=4, ge=1, le=1000)
+    # 0 = no limit, like the quotas below (it used to be refused: ge=1 stopped start-up on the documented value).
+    max_concurrent_runs_per_user: int = Field(default=4, ge=0, le=1000)
     # CrewAI threads (of all runs) allowed to run Python at once; engine/flow/crewai/threads.py says why 1.
     crewai_cpu_slots: int = Field(default=1, ge=1, le=4096)
     run_lease_seconds: float = Field(default=30.0, ge=1)
@@ -212,7 +213,7 @@ class Settings(BaseSettings):
     def user_quotas(self) -> UserQuotas:
         """The per-user limits the database enforces; 0 in a setting means no limit (None)."""
         return UserQuotas(
-            max_runs_per_user=self.max_concurrent_runs_per_user,
+            max_runs_per_user=self.max_concurrent_runs_per_user or None,
             max_runs_per_minute=self.max_runs_per_user_per_minute or None,
             max_sessions_per_user=self.max_sessions_per_user or None,
             daily_budget_cny=self.user_daily_budget_cny or None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from decimal import Decimal
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -147,6 +148,32 @@ async def test_a_user_has_at_most_the_configured_runs_in_progress(
         assert (await engine.sessions.get(user.ctx, sessions[2])).status == "pending"
         elsewhere = await engine.sessions.create(other.ctx, SessionCreate())
         assert await store.start(other.ctx, elsewhere.id, uuid4(), turn) is not None
+    finally:
+        await pool.close()
+
+
+async def test_a_limit_set_to_zero_on_the_connection_is_no_limit(
+    engine: RuntimeEngine, make_user: Callable[[], User], database_url: str
+) -> None:
+    """0 = no limit in the database too (migrations/0008): the service never sends a 0 (settings map it to
+    unset), but a session that sets one itself must not be refused everything."""
+    zero = UserQuotas(
+        max_runs_per_user=0,
+        max_runs_per_minute=0,
+        max_sessions_per_user=0,
+        daily_budget_cny=Decimal(0),
+        monthly_budget_cny=Decimal(0),
+    )
+    pool = await create_pool(database_url, min_size=1, max_size=2, quotas=zero)
+    try:
+        assert await pool.fetchval("SELECT current_setting('agent_runtime.max_runs_per_user')") == "0"
+        store = RunStore(pool, owner="zero-test", lease_seconds=30, endings=log_endings())
+        sessions = SessionService(pool, engine.profiles, model="zero-test")
+        user = make_user()
+        turn = [NewMessage(role="user", content="hi", metadata=UserInputMetadata())]
+        for _ in range(5):
+            created = await sessions.create(user.ctx, SessionCreate())
+            assert await store.start(user.ctx, created.id, uuid4(), turn) is not None
     finally:
         await pool.close()
 

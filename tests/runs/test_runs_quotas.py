@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, RunResult, cny_cost, intent_direct, money, types, usage
@@ -148,3 +149,50 @@ async def test_the_monthly_budget_is_checked_too(
         )
         capped.stub.enqueue(intent_direct("a new month"))
         assert types((await capped.run(user, sid, "again")).events)[-1] == "RUN_FINISHED"
+
+
+async def test_zero_means_no_limit_for_every_quota(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:
+    zero = {
+        "max_concurrent_runs_per_user": 0,
+        "max_runs_per_user_per_minute": 0,
+        "max_sessions_per_user": 0,
+        "user_daily_budget_cny": Decimal(0),
+        "user_monthly_budget_cny": Decimal(0),
+    }
+    async with make_harness(**zero) as h:
+        h.stub.responder = lambda request: intent_direct("done", delay_seconds=0.5)
+        user = make_user()
+        # More sessions than the default MAX_SESSIONS_PER_USER (seeded: a thousand POSTs would be slow).
+        await h.engine.pool.execute(
+            "INSERT INTO agent_chat_sessions (id, user_id, billing_country_snapshot)"
+            " SELECT gen_random_uuid(), $1, 'CN' FROM generate_series(1, 1000)",
+            user.id,
+        )
+        sessions = [await h.new_session(user) for _ in range(5)]
+        # More runs at once than the default MAX_CONCURRENT_RUNS_PER_USER (4), all in flight together.
+        running = [asyncio.create_task(h.run(user, sid, "at once")) for sid in sessions]
+        async with asyncio.timeout(30):
+            await h.stub.wait_for_requests(5)
+        assert all(types(r.events)[-1] == "RUN_FINISHED" for r in await asyncio.gather(*running))
+
+        # More runs this minute than the default MAX_RUNS_PER_USER_PER_MINUTE (20), and more spent than the
+        # default daily and monthly budgets (5 / 50 CNY): the next run is still admitted.
+        await h.engine.pool.execute(
+            "INSERT INTO agent_runs (id, session_id, user_id, status, finished_at)"
+            " SELECT gen_random_uuid(), $1, $2, 'completed', now() FROM generate_series(1, 25)",
+            UUID(sessions[0]),
+            user.id,
+        )
+        await h.engine.pool.execute(
+            "UPDATE agent_chat_messages SET cost = 100 WHERE user_id = $1 AND session_id = $2 AND seq = 1",
+            user.id,
+            UUID(sessions[0]),
+        )
+        h.stub.responder = lambda request: intent_direct("still admitted")
+        again = await h.run(user, sessions[1], "again")
+        assert types(again.events)[-1] == "RUN_FINISHED", again.body
+        budgets = (await h.client.get("/v1/usage", headers=user.headers)).json()["budgets"]
+        assert [(b["budget"], b["limit"], b["remaining"]) for b in budgets] == [
+            ("daily", None, None),
+            ("monthly", None, None),
+        ]
