@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from datetime import timedelta
 from uuid import uuid4
 
@@ -7,6 +10,7 @@ import httpx
 import jwt
 import pytest
 from fastapi import FastAPI
+from jwt.utils import base64url_encode
 from tests.conftest import TEST_JWT_SECRET
 from tests.support.errors import error_body
 
@@ -143,3 +147,31 @@ async def test_duplicate_claims_are_refused(client: httpx.AsyncClient) -> None:
     assert response.json()["error"]["message"] == "invalid token: duplicate claim 'sub'"
     unique = f'{{"sub": "{first}", "exp": 4102444800}}'.encode()
     assert (await client.get("/v1/profile", headers=_signed(unique))).status_code == 200
+
+
+def _with_header(header: bytes, claims: dict[str, object], secret: str = TEST_JWT_SECRET) -> dict[str, str]:
+    """A token over exactly these header bytes, duplicate keys included (`jwt.encode` would build a dict),
+    signed correctly: only the duplicate can be the reason for a refusal."""
+    signing_input = b".".join(
+        [base64url_encode(header), base64url_encode(json.dumps(claims, separators=(",", ":")).encode())]
+    )
+    signature = hmac.new(secret.encode(), signing_input, hashlib.sha256).digest()
+    return {"Authorization": f"Bearer {(signing_input + b'.' + base64url_encode(signature)).decode()}"}
+
+
+async def test_a_header_with_a_duplicate_key_is_refused(client: httpx.AsyncClient) -> None:
+    claims: dict[str, object] = {"sub": str(uuid4()), "exp": 4_102_444_800}
+    cases = {
+        b'{"alg":"HS256","typ":"JWT","alg":"HS256"}': "alg",
+        b'{"alg":"none","alg":"HS256"}': "alg",  # a reader that keeps the first would see an unsigned token
+        b'{"typ":"JWT","alg":"HS256","typ":"JWS"}': "typ",
+        b'{"alg":"HS256","kid":"a","kid":"b"}': "kid",
+    }
+    for header, key in cases.items():
+        response = await client.get("/v1/profile", headers=_with_header(header, claims))
+        assert (response.status_code, response.json()) == (
+            401,
+            error_body(response, "unauthorized", f"invalid token: duplicate header key '{key}'"),
+        ), header
+    unique = await client.get("/v1/profile", headers=_with_header(b'{"alg":"HS256","typ":"JWT"}', claims))
+    assert unique.status_code == 200, unique.text

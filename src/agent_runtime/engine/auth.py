@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import jwt
+from jwt.utils import base64url_decode
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import UnauthorizedError
@@ -17,13 +19,30 @@ _ALGORITHM = "HS256"
 _TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    claims: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in claims:
-            raise jwt.DecodeError(f"duplicate claim {key[:64]!r}")
-        claims[key] = value
-    return claims
+def _refuse_duplicates(kind: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A `json.loads` object hook that refuses a key given twice, naming it as a `kind` ("claim", ...)."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in values:
+                raise jwt.DecodeError(f"duplicate {kind} {key[:64]!r}")
+            values[key] = value
+        return values
+
+    return unique
+
+
+def _refuse_duplicate_header_keys(token: str) -> None:
+    """PyJWT reads the header with plain `json.loads` too, which keeps the last of duplicate keys: a token
+    with `"alg"` twice means one algorithm to us and perhaps the other to a proxy or another verifier. PyJWT
+    has no hook for the header, so it is parsed here first. Anything that is not a readable header is left
+    to PyJWT, so that malformed tokens keep its messages ("Not enough segments", "Invalid header padding")."""
+    try:
+        header = base64url_decode(token.split(".", 1)[0])
+        json.loads(header, object_pairs_hook=_refuse_duplicates("header key"))
+    except (ValueError, RecursionError):
+        return
 
 
 class _StrictJWT(jwt.PyJWT):
@@ -34,7 +53,7 @@ class _StrictJWT(jwt.PyJWT):
 
     def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
         try:
-            payload = json.loads(decoded["payload"], object_pairs_hook=_refuse_duplicates)
+            payload = json.loads(decoded["payload"], object_pairs_hook=_refuse_duplicates("claim"))
         except (ValueError, RecursionError) as exc:
             raise jwt.DecodeError(f"invalid payload: {exc}") from exc
         if not isinstance(payload, dict):
@@ -67,6 +86,7 @@ def authenticate(settings: Settings, authorization: str | None) -> RequestContex
     if scheme.lower() != "bearer" or not token.strip():
         raise UnauthorizedError("Authorization header must be 'Bearer <token>'")
     try:
+        _refuse_duplicate_header_keys(token.strip())
         claims = _decoder.decode(
             token.strip(),
             settings.jwt_secret.get_secret_value(),
