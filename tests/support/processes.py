@@ -34,8 +34,19 @@ def marker_for(name: str) -> str:
     return f"{os.environ[MARKER_ENV]}/{name}-{uuid4().hex}"
 
 
+def _is_our_resource_tracker(pid: int) -> bool:
+    # multiprocessing's resource tracker of this very process (started by a test's spawn context): it ends with this
+    # process, when its pipe closes, and killing it early would make multiprocessing warn about leaked resources.
+    try:
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return False
+    return ppid == os.getpid() and "multiprocessing.resource_tracker" in command_line(pid)
+
+
 def marked(marker: str) -> list[int]:
-    """Pids of the live processes whose marker is `marker` or below it (never this process)."""
+    """Pids of the live processes whose marker is `marker` or below it (never this process nor its own
+    multiprocessing resource tracker)."""
     exact = f"{MARKER_ENV}={marker}".encode()
     below = exact + b"/"
     found = []
@@ -47,7 +58,7 @@ def marked(marker: str) -> list[int]:
                 variables = environ.read().split(b"\0")
         except OSError:  # gone, or not ours to read
             continue
-        if any(v == exact or v.startswith(below) for v in variables):
+        if any(v == exact or v.startswith(below) for v in variables) and not _is_our_resource_tracker(int(name)):
             found.append(int(name))
     return found
 
