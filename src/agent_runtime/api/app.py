@@ -99,16 +99,20 @@ def create_app(
         RequestContextMiddleware,
         max_body_bytes=settings.max_request_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
-        shed=shed_run_starts(app),
+        shed=shed_requests(app),
     )
     return app
 
 
-def shed_run_starts(app: FastAPI) -> Shedder:
+def shed_requests(app: FastAPI) -> Shedder:
     """Refuses a request to start a run while this process is full or draining, with the admission's own
     429/503, before FastAPI routes, authenticates and validates it, a fraction of the loop's time per refusal
     (docs/benchmarks.md, "Burst of 500"). The run route still takes its slot through the admission: this is
-    only the fast no."""
+    only the fast no.
+
+    While the process drains, every other request but the health checks gets the same 503 `shutting_down`:
+    the listener stays open during a drain (api/server.py) so that a client is told to go elsewhere, rather
+    than refused at the socket. The health checks still say what they say (readiness: 503 `shutting_down`)."""
     # The runs router's own routes: it carries the full path (`/v1` prefix) and is included without another.
     starts = [
         route
@@ -120,7 +124,11 @@ def shed_run_starts(app: FastAPI) -> Shedder:
 
     def shed(scope: Scope) -> None:
         engine = getattr(app.state, "engine", None)
-        if scope.get("method") != "POST" or engine is None:
+        if engine is None:
+            return
+        if engine.runs.admission.draining and not str(scope.get("path", "")).startswith("/health/"):
+            engine.runs.admission.check()  # raises the 503 `shutting_down`
+        if scope.get("method") != "POST":
             return
         for route in starts:
             if route.path_regex.match(scope["path"]):

@@ -146,7 +146,7 @@ class RequestContextMiddleware:
             if self.shed is not None:
                 try:
                     self.shed(scope)
-                except AppError as refusal:  # after the body is read: the connection can carry the next request
+                except AppError as refusal:  # after the body is read: the connection could carry the next request
                     status_holder[0] = refusal.status_code
                     await _send_json_error(
                         send,
@@ -154,7 +154,8 @@ class RequestContextMiddleware:
                         refusal.code,
                         refusal.message,
                         request_id,
-                        close=False,
+                        # ... but not while the process drains: the client's next request belongs elsewhere.
+                        close=refusal.code == "shutting_down",
                         retry_after=refusal.retry_after,
                     )
                     return
