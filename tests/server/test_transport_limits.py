@@ -12,7 +12,14 @@ import urllib.request
 
 import httpx
 import pytest
-from tests.server.conftest import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONCURRENCY, address, bearer_token
+from tests.server.conftest import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    MAX_CONCURRENCY,
+    MAX_HEADER_BYTES,
+    address,
+    bearer_token,
+)
 from tests.support.serve import ServeProcess
 
 # The deadline fires on the event loop of a process that shares 2 cores with the test: allow for that.
@@ -191,7 +198,114 @@ async def test_huge_headers_are_refused_and_memory_stays_bounded(server: ServePr
     live_ms = await _live_ms(server)
     responses = await asyncio.gather(*clients)
     assert live_ms < 1000
-    for response in responses:  # uvicorn's own 400 when it could still be sent, else just the close
-        assert response == b"" or response.startswith(b"HTTP/1.1 400 "), response[:200]
+    for response in responses:  # the 431 when the client could still read it, else just the close
+        assert response == b"" or response.startswith(b"HTTP/1.1 431 "), response[:200]
     # 4 x 100 MB were offered; what the server held is bounded by MAX_HEADER_BYTES per connection.
     assert _rss_kib(server.proc.pid, "VmHWM") - peak_before < 30_000
+
+
+def _head(size: int, *, headers: int = 1) -> bytes:
+    """A GET /health/live head of exactly `size` bytes (request line, headers, blank line), padded over `headers`
+    X-Pad headers."""
+    start, end = b"GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n", b"\r\n"
+    lines = [b"X-Pad-%d: " % i for i in range(headers)]
+    room = size - len(start) - len(end) - sum(len(line) + 2 for line in lines)
+    assert room >= headers, "size too small for that many headers"
+    share, extra = divmod(room, headers)
+    padded = [line + b"a" * (share + (i < extra)) + b"\r\n" for i, line in enumerate(lines)]
+    head = start + b"".join(padded) + end
+    assert len(head) == size
+    return head
+
+
+async def _exchange(server: ServeProcess, chunks: list[bytes]) -> bytes:
+    """Send `chunks` as separate writes, then everything the server answers until it closes."""
+    reader, writer = await asyncio.open_connection(*address(server))
+    try:
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+            if len(chunks) > 1:
+                await asyncio.sleep(0.001)  # separate reads on the server, not one coalesced segment
+    except ConnectionError:
+        pass  # closed while we were still sending
+    try:
+        return await _read_until_closed(reader, 10)
+    finally:
+        writer.close()
+
+
+def _assert_431(response: bytes) -> None:
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), response[:300]
+    assert b"connection: close" in head.lower()
+    error = json.loads(body)["error"]
+    assert (error["code"], error["message"]) == ("header_too_large", f"request head exceeds {MAX_HEADER_BYTES} bytes")
+
+
+async def test_a_head_of_exactly_max_header_bytes_is_served_and_one_byte_more_is_431(server: ServeProcess) -> None:
+    ok = await _exchange(server, [_head(MAX_HEADER_BYTES)])
+    assert ok.startswith(b"HTTP/1.1 200 "), ok[:300]
+    _assert_431(await _exchange(server, [_head(MAX_HEADER_BYTES + 1)]))
+
+
+@pytest.mark.parametrize(
+    ("headers", "write_size"),
+    [
+        pytest.param(1, None, id="one-huge-header-one-write"),
+        pytest.param(2_000, None, id="many-headers-one-write"),
+        pytest.param(1, 1_000, id="one-huge-header-small-writes"),
+        pytest.param(2_000, 1_000, id="many-headers-small-writes"),
+    ],
+)
+async def test_a_head_over_max_header_bytes_never_gets_a_200(
+    server: ServeProcess, headers: int, write_size: int | None
+) -> None:
+    head = _head(100_000, headers=headers)  # the 100 KB head of the report, over the 32 KiB limit here
+    chunks = [head] if write_size is None else [head[i : i + write_size] for i in range(0, len(head), write_size)]
+    _assert_431(await _exchange(server, chunks))
+
+
+async def test_an_oversized_head_pipelined_after_a_request_is_refused_after_its_response(
+    server: ServeProcess,
+) -> None:
+    response = await _exchange(server, [b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n" + _head(100_000)])
+    first, separator, rest = response.partition(b'{"status":"ok"}')
+    assert first.startswith(b"HTTP/1.1 200 ") and separator, response[:300]
+    _assert_431(rest)
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 0\r\n",
+    ],
+    ids=["length-first", "chunked-first"],
+)
+async def test_content_length_with_transfer_encoding_is_refused_400(server: ServeProcess, framing: bytes) -> None:
+    # Framed by length, the body is "0\r\n\r\n" plus a second request; framed as chunks, it is empty and the
+    # second request is a smuggled one. Neither may be served.
+    smuggled = b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    response = await _exchange(
+        server,
+        [
+            b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + framing
+            + b"X-Request-ID: smuggle\r\nAuthorization: Bearer "
+            + bearer_token().encode()
+            + b"\r\n\r\n0\r\n\r\n"
+            + smuggled
+        ],
+    )
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"connection: close" in head.lower(), response[:300]
+    assert json.loads(body) == {
+        "error": {
+            "code": "ambiguous_framing",
+            "message": "a request must not carry both Content-Length and Transfer-Encoding",
+            "details": [],
+            "request_id": "smuggle",
+            "error_id": None,
+        }
+    }

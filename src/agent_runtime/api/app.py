@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -99,16 +100,24 @@ def create_app(
         RequestContextMiddleware,
         max_body_bytes=settings.max_request_bytes,
         body_timeout_seconds=settings.http_body_timeout_seconds,
-        shed=shed_run_starts(app),
+        shed=shed_requests(app),
     )
     return app
 
 
-def shed_run_starts(app: FastAPI) -> Shedder:
+_MONITORING = re.compile(r"^/health/|^/metrics$")
+
+
+def shed_requests(app: FastAPI) -> Shedder:
     """Refuses a request to start a run while this process is full or draining, with the admission's own
     429/503, before FastAPI routes, authenticates and validates it, a fraction of the loop's time per refusal
     (docs/benchmarks.md, "Burst of 500"). The run route still takes its slot through the admission: this is
-    only the fast no."""
+    only the fast no.
+
+    While the process drains, every other request but the health checks and metrics gets the same 503
+    `shutting_down`: the listener stays open during a drain (api/server.py) so that a client is told to go
+    elsewhere, rather than refused at the socket. Health and metrics still say what they say (readiness: 503
+    `shutting_down`), for whoever watches the drain."""
     # The runs router's own routes: it carries the full path (`/v1` prefix) and is included without another.
     starts = [
         route
@@ -120,7 +129,11 @@ def shed_run_starts(app: FastAPI) -> Shedder:
 
     def shed(scope: Scope) -> None:
         engine = getattr(app.state, "engine", None)
-        if scope.get("method") != "POST" or engine is None:
+        if engine is None:
+            return
+        if engine.runs.admission.draining and not _MONITORING.match(str(scope.get("path", ""))):
+            engine.runs.admission.check()  # raises the 503 `shutting_down`
+        if scope.get("method") != "POST":
             return
         for route in starts:
             if route.path_regex.match(scope["path"]):

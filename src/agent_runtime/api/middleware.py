@@ -1,5 +1,5 @@
-"""Pure-ASGI middleware: request id, JSON access log, HTTP metrics, request body limit and read timeout, and
-shedding run requests while the process is full.
+"""Pure-ASGI middleware: request id, JSON access log, HTTP metrics, ambiguous framing refused, request body limit
+and read timeout, and shedding run requests while the process is full.
 
 Not BaseHTTPMiddleware: that wraps streaming responses (our SSE runs) in an extra task and
 buffers in ways that break disconnect detection.
@@ -123,6 +123,20 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
+            if _header(scope, b"content-length") is not None and _header(scope, b"transfer-encoding") is not None:
+                # h11 frames such a body by Transfer-Encoding (as RFC 9112 says), but a proxy in front that frames
+                # by Content-Length would read a different request out of the same bytes: request smuggling.
+                # RFC 9112 6.1 lets a server refuse it; the connection closes, so nothing left over is parsed.
+                status_holder[0] = 400
+                await _send_json_error(
+                    send,
+                    400,
+                    "ambiguous_framing",
+                    "a request must not carry both Content-Length and Transfer-Encoding",
+                    request_id,
+                    close=True,
+                )
+                return
             try:
                 replay = await self._read_body(scope, receive)
             except _BodyRefused as refused:
@@ -132,7 +146,7 @@ class RequestContextMiddleware:
             if self.shed is not None:
                 try:
                     self.shed(scope)
-                except AppError as refusal:  # after the body is read: the connection can carry the next request
+                except AppError as refusal:  # after the body is read: the connection could carry the next request
                     status_holder[0] = refusal.status_code
                     await _send_json_error(
                         send,
@@ -140,7 +154,8 @@ class RequestContextMiddleware:
                         refusal.code,
                         refusal.message,
                         request_id,
-                        close=False,
+                        # ... but not while the process drains: the client's next request belongs elsewhere.
+                        close=refusal.code == "shutting_down",
                         retry_after=refusal.retry_after,
                     )
                     return

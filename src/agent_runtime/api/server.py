@@ -6,15 +6,22 @@ one of those connections: if the runs were only told in the lifespan shutdown, t
 be cut, with no terminal event (seen: 10 of 10 clients). So the signal starts `RunService.drain` at once:
 new runs get 503 `shutting_down`, runs in flight get SHUTDOWN_GRACE_SECONDS, the rest end with RUN_ERROR
 `run_interrupted`, and their streams close after that event. uvicorn's own wait is set longer than the drain.
+
+The listening sockets stay open while the runs drain: closed at once (uvicorn's way), a client that came
+during a drain had its connection refused, which a load balancer or client can only read as "down", not "try
+elsewhere". Open, every new request gets a JSON 503 `shutting_down` with `Retry-After` and a closed connection
+(api/app.py, `shed_requests`); uvicorn's shutdown (listener closed, connections waited for) begins once the
+drain is over, at once when no run was in flight. A second signal that forces the exit stops that wait too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import socket
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -42,16 +49,35 @@ class DrainingServer(uvicorn.Server):
         config: uvicorn.Config,
         on_shutdown_signal: Callable[[], None],
         on_started: Callable[[], None] | None = None,
+        until_drained: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(config)
         self._on_shutdown_signal = on_shutdown_signal
         self._on_started = on_started
+        self._until_drained = until_drained
         self._first_signal_at: float | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and self._on_started is not None:
             self._on_started()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._until_drained is not None:
+            started = time.monotonic()
+            drained = asyncio.ensure_future(self._until_drained())
+            while not drained.done() and not self.force_exit:
+                await asyncio.wait({drained}, timeout=0.1)
+            if not drained.done():
+                drained.cancel()
+            # The stop's bound stays what it was when the drain ran beside uvicorn's wait (workers.py kills a
+            # worker past it): uvicorn waits for its connections only for what is left of it, a second at least
+            # (the streams of the drained runs end right after their terminal events).
+            total = self.config.timeout_graceful_shutdown
+            if total is not None:
+                left = total - (time.monotonic() - started)
+                self.config.timeout_graceful_shutdown = max(1, math.ceil(left))
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         now = time.monotonic()
@@ -107,4 +133,11 @@ def run_server(
         timeout_graceful_shutdown=graceful_shutdown_seconds(settings.shutdown_grace_seconds),
         **uvicorn_limits(settings),  # header size and deadline, keep-alive, concurrency ceiling
     )
-    DrainingServer(config, on_shutdown_signal=drain, on_started=on_started).run(sockets=sockets)
+
+    async def until_drained() -> None:
+        engine = getattr(app.state, "engine", None)
+        if engine is not None:
+            await engine.runs.until_drained()
+
+    server = DrainingServer(config, on_shutdown_signal=drain, on_started=on_started, until_drained=until_drained)
+    server.run(sockets=sockets)

@@ -38,17 +38,18 @@ async def test_drain_interrupts_a_run_past_the_grace_period_and_refuses_new_ones
         running = asyncio.create_task(timed.run(user, sid, "hello"))
         await wait_for_model_call(timed.stub)
 
+        other = await timed.new_session(user)  # before the drain: from then on every request is refused
         draining = asyncio.create_task(timed.engine.runs.drain())
         await asyncio.sleep(0)  # the drain has begun: new work is refused from now on
         ready = await timed.client.get("/health/ready")
-        refused = await timed.client.post(
-            f"/v1/sessions/{await timed.new_session(user)}/runs", headers=user.headers, json={"message": "more"}
-        )
+        refused = await timed.client.post(f"/v1/sessions/{other}/runs", headers=user.headers, json={"message": "more"})
         async with asyncio.timeout(30):  # a drain that never interrupts would wait for the held model forever
             await draining
         # Checked before anything else runs: the drain returns only once the interrupted run has ended, its end
         # recorded (a process exiting earlier leaves the session `running` until another replica's sweep).
         assert timed.engine.runs.admission.in_flight == 0
+        # A drained process refuses every request but the health checks; this one lives on, to be read.
+        timed.engine.runs.admission.draining = False
         session = await timed.session(user, sid)
         result = await running
         await hold.release()
@@ -80,16 +81,16 @@ async def test_drain_lets_a_run_finish_within_the_grace_period_and_waits_for_it(
         running = asyncio.create_task(h.run(user, sid, "hello"))
         await wait_for_model_call(h.stub)
 
+        other = await h.new_session(user)
         draining = asyncio.create_task(h.engine.runs.drain())
         await asyncio.sleep(0)
-        refused = await h.client.post(
-            f"/v1/sessions/{await h.new_session(user)}/runs", headers=user.headers, json={"message": "more"}
-        )
+        refused = await h.client.post(f"/v1/sessions/{other}/runs", headers=user.headers, json={"message": "more"})
         assert not draining.done()  # the drain waits for the run in flight, which waits for the held model
         await hold.release()
         result = await running
         async with asyncio.timeout(30):
             await draining
+        h.engine.runs.admission.draining = False  # read what the drain left (a drained process would exit)
 
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
         assert types(result.events)[-1] == "RUN_FINISHED", result.body

@@ -165,5 +165,5 @@ async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> Streaming
 
 
 # The routes that start a run: while the process is full or draining, the middleware refuses them before
-# they are routed, authenticated or parsed (api/app.py, `shed_run_starts`).
+# they are routed, authenticated or parsed (api/app.py, `shed_requests`).
 RUN_STARTING_ENDPOINTS = (run_session, run_agui)

@@ -387,6 +387,11 @@ class RunService:
             # to the sweep of another replica (their leases expire).
             await asyncio.wait(pending, timeout=5)
 
+    async def until_drained(self) -> None:
+        """Until the drain that `request_drain` began is over (at once if none began)."""
+        if self._draining is not None:
+            await asyncio.shield(self._draining)  # a cancelled waiter must not cut the drain short
+
     async def wait_idle(self) -> None:
         """Until no run is in flight, their logs written included (tests and benchmarks)."""
         while self._tasks:
