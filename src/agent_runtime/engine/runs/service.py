@@ -341,7 +341,7 @@ class RunService:
     async def follow(
         self, ctx: RequestContext, session_id: UUID, run_id: UUID, *, after: int
     ) -> AsyncIterator[LoggedEvent]:
-        """A run's events after seq `after`, to its terminal event, wherever the run runs (see event_hub)."""
+        """A run's events after seq `after`, to its terminal event, wherever the run runs (events/hub.py)."""
         return await self.hub.follow(ctx, session_id, run_id, after=after)
 
     async def cancel(self, ctx: RequestContext, session_id: UUID, run_id: UUID) -> str:
@@ -354,8 +354,7 @@ class RunService:
         return status
 
     def _cancel_requested(self, run_ids: set[UUID] | UUID) -> None:
-        for run_id in run_ids if isinstance(run_ids, set) else {run_ids}:
-            job = self._jobs.get(run_id)
+        for job in [self._jobs.get(i) for i in (run_ids if isinstance(run_ids, set) else {run_ids})]:
             if job is not None:
                 job.stop(CANCELLED)
 
@@ -369,11 +368,8 @@ class RunService:
         return stopped
 
     async def drain(self) -> None:
-        """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; end the rest with `run_interrupted`.
-
-        Idempotent: the server calls it when the shutdown signal arrives (while the streams are still open,
-        so their RUN_ERROR reaches the clients), the lifespan again at the end.
-        """
+        """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; end the rest with `run_interrupted`. Idempotent:
+        called at the shutdown signal (the streams still open, so RUN_ERROR reaches clients) and again at the end."""
         self.admission.draining = True
         tasks = set(self._tasks)
         if not tasks:
@@ -383,8 +379,7 @@ class RunService:
         for job in list(self._jobs.values()):
             job.stop(interrupted)
         if pending:
-            # Their failure is written in one statement each; a database that does not answer leaves them
-            # to the sweep of another replica (their leases expire).
+            # One statement each; a database that does not answer leaves them to another replica's sweep.
             await asyncio.wait(pending, timeout=5)
 
     async def until_drained(self) -> None:
