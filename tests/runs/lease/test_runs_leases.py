@@ -19,6 +19,8 @@ from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.lease.store import RunStore
 
 EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
+EXPIRE_SOON = "UPDATE agent_chat_sessions SET lease_expires_at = now() + interval '0.5 second' WHERE id = $1"
+HOLD_BACK_SWEEPS = "SELECT 1 FROM agent_chat_sessions WHERE id = $1 FOR SHARE"
 
 
 async def test_a_run_whose_lease_was_taken_over_stops_calling_the_model_and_ends_with_run_lost(
@@ -95,9 +97,15 @@ async def test_a_run_whose_process_died_stops_counting_against_the_users_limit_w
         assert refused.status == 429, refused.body
         assert json.loads(refused.body)["error"]["code"] == "too_many_runs"
 
-        await h.engine.pool.execute(EXPIRE, UUID(dead_sid))  # its process died: nobody renews the lease
-        h.stub.enqueue(intent_direct("admitted"))
-        result = await h.run(user, new_sid, "now")
+        # Its process died: nobody renews the lease, which runs out in a moment. Other engines on this database
+        # (the session-wide app, the conformance servers) sweep on their own timers: a share lock on the row,
+        # taken before the lease runs out, holds their sweep back, so only the lease can decide the count.
+        await h.engine.pool.execute(EXPIRE_SOON, UUID(dead_sid))
+        async with h.engine.pool.acquire() as holder, holder.transaction():
+            await holder.execute(HOLD_BACK_SWEEPS, UUID(dead_sid))
+            await asyncio.sleep(0.6)
+            h.stub.enqueue(intent_direct("admitted"))
+            result = await h.run(user, new_sid, "now")
 
-        assert types(result.events)[-1] == "RUN_FINISHED", result.body
-        assert (await h.session(user, dead_sid))["status"] == "running"  # not swept: only the lease decided
+            assert types(result.events)[-1] == "RUN_FINISHED", result.body
+            assert (await h.session(user, dead_sid))["status"] == "running"  # not swept: only the lease decided
