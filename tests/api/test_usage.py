@@ -177,7 +177,10 @@ async def test_user_usage_range_and_pages(
         {"budget": "monthly", "limit": "50.0000000000", "spent": "0.0091600002", "remaining": "49.9908399998"},
     ]
     assert everything.json()["budgets"] == [
-        {**budget, "resets_at": resets_at} for budget, resets_at in zip(budgets, (tomorrow, next_month), strict=True)
+        {**budget, "remaining": remaining, "resets_at": resets_at}
+        for budget, remaining, resets_at in zip(
+            budgets, ("4.9908399998", "49.9908399998"), (tomorrow, next_month), strict=True
+        )
     ]
     assert {k: v for k, v in everything.json().items() if k != "budgets"} == {
         "start": None,

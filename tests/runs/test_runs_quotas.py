@@ -1,7 +1,7 @@
 """Per-user quotas and CNY budgets, enforced by the database (so across replicas and under concurrency):
 runs per minute (429 `rate_limited`), sessions per user (429 `too_many_sessions`), daily and monthly budgets
 (402 `budget_exceeded`, naming the budget and when it resets). Each is refused before any stream starts and
-leaves nothing behind; a run that crosses a budget while in flight finishes and is billed."""
+leaves nothing behind. How a run's hold is taken, grown and settled: tests/runs/lease/test_runs_budget_holds.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 from uuid import UUID
 
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, RunResult, cny_cost, intent_direct, money, types, usage
+from tests.runs.conftest import PEAK_TIME, Harness, MakeHarness, RunResult, intent_direct, types, usage
+
+from agent_runtime.engine.runs.lease.reservation import RunReservation
 
 
 def error_of(result: RunResult, status: int, code: str) -> dict[str, Any]:
@@ -88,56 +90,49 @@ async def test_sessions_per_user_are_limited_also_under_concurrency(
             assert sorted(r.status_code for r in created) == [201, 429], [r.text for r in created]
 
 
-async def test_a_run_that_crosses_the_daily_budget_is_billed_and_the_next_one_is_refused_with_402(
+async def test_a_daily_budget_below_one_calls_worst_case_admits_no_run_and_says_why_with_402(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     async with make_harness(user_daily_budget_cny=Decimal("0.001")) as h:
         user = make_user()
         sid = await h.new_session(user)
-        h.stub.enqueue(intent_direct("an expensive answer", usage=usage(1000, 200)))  # 0.0026 CNY > 0.001
-        crossing = await h.run(user, sid, "go")
-        assert types(crossing.events)[-1] == "RUN_FINISHED", crossing.body  # admitted under budget: it finishes
-        cost = cny_cost(1000, 200)
-        assert crossing.of_type("CUSTOM")[0]["value"]["cost"] == money(cost)
-
-        refused = await h.run(user, sid, "more")
+        refused = await h.run(user, sid, "go")
         error = error_of(refused, 402, "budget_exceeded")
         resets = next_utc_midnight()
+        chunk = RunReservation(h.engine.settings, h.engine.templates, clock=lambda: PEAK_TIME).chunk()
         assert error["message"] == (
-            f"your daily budget of 0.001 CNY is used up ({cost.normalize():f} CNY spent); "
-            f"it resets at {resets.isoformat().replace('+00:00', 'Z')}"
+            f"your daily budget of 0.001 CNY has 0.001 CNY left (0 spent, 0 held by runs in progress), "
+            f"and a run may cost up to {chunk.normalize():f}; it resets at {resets.isoformat().replace('+00:00', 'Z')}"
         )
         assert error["details"] == [
             {"loc": ["budget", "daily"], "msg": f"resets at {resets.isoformat()}", "type": None}
         ]
         assert 0 < int(refused.headers["retry-after"]) <= 86_400
-        assert [m["content"] for m in await h.visible(user, sid)] == ["go", "an expensive answer"]
+        assert await h.visible(user, sid) == [] and h.stub.requests == []  # refused before anything is stored or sent
 
-        page = (await h.client.get("/v1/usage", headers=user.headers)).json()
-        daily, monthly = page["budgets"]
-        assert daily == {
-            "budget": "daily",
-            "limit": "0.0010000000",
-            "spent": money(cost),
-            "remaining": "0.0000000000",
-            "resets_at": resets.isoformat().replace("+00:00", "Z"),
-        }
-        assert (monthly["budget"], monthly["limit"], monthly["spent"]) == ("monthly", "50.0000000000", money(cost))
         other = make_user()  # budgets are per user
-        h.stub.enqueue(intent_direct("fine"))
-        assert types((await h.run(other, await h.new_session(other), "hi")).events)[-1] == "RUN_FINISHED"
+        async with make_harness() as roomy:
+            roomy.stub.enqueue(intent_direct("fine"))
+            assert types((await roomy.run(other, await roomy.new_session(other), "hi")).events)[-1] == "RUN_FINISHED"
 
 
 async def test_the_monthly_budget_is_checked_too(
     h: Harness, make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
-    async with make_harness(user_monthly_budget_cny=Decimal("0.001"), user_daily_budget_cny=Decimal(0)) as capped:
+    chunk = RunReservation(h.engine.settings, h.engine.templates, clock=lambda: PEAK_TIME).chunk()
+    async with make_harness(user_monthly_budget_cny=chunk * 2, user_daily_budget_cny=Decimal(0)) as capped:
         user = make_user()
         sid = await capped.new_session(user)
         capped.stub.enqueue(intent_direct("pricey", usage=usage(1000, 200)))
         assert types((await capped.run(user, sid, "go")).events)[-1] == "RUN_FINISHED"
+        # Spent so far this month: more than one hold's worth is gone.
+        await capped.engine.pool.execute(
+            "UPDATE agent_chat_messages SET cost = $2 WHERE user_id = $1 AND metadata ? 'cost_source'",
+            user.id,
+            chunk * Decimal("1.5"),
+        )
         error = error_of(await capped.run(user, sid, "more"), 402, "budget_exceeded")
-        assert error["message"].startswith("your monthly budget of 0.001 CNY is used up")
+        assert error["message"].startswith(f"your monthly budget of {(chunk * 2).normalize():f} CNY has ")
         daily = (await capped.client.get("/v1/usage", headers=user.headers)).json()["budgets"][0]
         assert (daily["limit"], daily["remaining"]) == (None, None)  # 0 = no daily limit
 

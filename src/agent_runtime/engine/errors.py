@@ -92,6 +92,13 @@ class BudgetExceededError(AppError):
     code = "budget_exceeded"
 
 
+class RunLostError(AppError):
+    """A run whose session was taken over (its lease expired): only in its RUN_ERROR, never an HTTP answer."""
+
+    status_code = 409
+    code = "run_lost"
+
+
 class ShuttingDownError(AppError):
     status_code = 503
     code = "shutting_down"

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import asyncpg
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agent_runtime.engine.errors import (
     AppError,
@@ -39,7 +39,14 @@ class _BudgetDetail(BaseModel):
     budget: str
     limit: Decimal
     spent: Decimal
+    reserved: Decimal
+    needed: Decimal = Field(description="The refused run's reservation: its worst-case cost.")
     resets_at: datetime
+
+
+def _cny(amount: Decimal) -> str:
+    # At most the ledger's 10 places, without trailing zeros: "0.001", "5", "0.0148".
+    return f"{amount.quantize(Decimal('1E-10')).normalize():f}"
 
 
 def quota_error(exc: asyncpg.PostgresError) -> AppError | None:
@@ -61,9 +68,11 @@ def quota_error(exc: asyncpg.PostgresError) -> AppError | None:
     if state == BUDGET:
         budget = _BudgetDetail.model_validate(json.loads(exc.detail or "{}"))
         resets = budget.resets_at.astimezone(UTC)
+        left = max(Decimal(0), budget.limit - budget.spent - budget.reserved)
         return BudgetExceededError(
-            f"your {budget.budget} budget of {budget.limit.normalize():f} CNY is used up "
-            f"({budget.spent.normalize():f} CNY spent); it resets at {resets.isoformat().replace('+00:00', 'Z')}",
+            f"your {budget.budget} budget of {_cny(budget.limit)} CNY has {_cny(left)} CNY left "
+            f"({_cny(budget.spent)} spent, {_cny(budget.reserved)} held by runs in progress), and a run may cost "
+            f"up to {_cny(budget.needed)}; it resets at {resets.isoformat().replace('+00:00', 'Z')}",
             details=[ErrorDetail(loc=["budget", budget.budget], msg=f"resets at {resets.isoformat()}")],
             retry_after=max(1, math.ceil((resets - datetime.now(UTC)).total_seconds())),
         )

@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field
 from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 
+# CrewAI's `max_iter` for the execution stage: model calls in its tool loop before it must answer (it then
+# makes one more call, for the answer). Budget reservations count them (engine/billing/reservation.py).
+MAX_TOOL_ITERATIONS = 6
+
 
 class ModelCall(BaseModel):
     """One request to our LLM layer."""

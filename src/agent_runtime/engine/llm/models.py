@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -86,6 +87,10 @@ class LLMRequest(_Wire):
         description="Opaque, stable id of the end user (a keyed hash, never the raw id): DeepSeek's `user_id`, "
         "which isolates its KV cache, content safety and scheduling per user.",
     )
+
+
+# Awaited before a request is sent (a run's budget hold: engine/runs/lease/reservation.py); it refuses by raising.
+BeforeSend = Callable[[LLMRequest], Awaitable[None]]
 
 
 class CallOptions(_Wire):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import (
+    BeforeSend,
     CallOptions,
     LLMRequest,
     LLMResponse,
@@ -54,6 +55,7 @@ class SummaryCall(BaseModel):
     options: CallOptions
     tools: Sequence[ToolSchema] = Field(default=(), description="The run's tools (offered with tool_choice none).")
     end_user: str | None = None
+    before_send: BeforeSend | None = Field(default=None, description="The run's budget hold (gateway.hold).")
 
 
 class ModelSummarizer:
@@ -89,7 +91,10 @@ class ModelSummarizer:
         conversation: list[ChatMessage] = summary_request_messages(request, self._task)
         repairs = 0
         while True:
-            response = await self._llm.complete(self._request(conversation), on_unfinished=self._unfinished)
+            call = self._request(conversation)
+            if self._call.before_send is not None:
+                await self._call.before_send(call)
+            response = await self._llm.complete(call, on_unfinished=self._unfinished)
             try:
                 summary = ConversationSummary.model_validate_json(strip_code_fence(response.content)).summary.strip()
             except ValidationError as exc:

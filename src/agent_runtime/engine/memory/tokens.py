@@ -19,6 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from agent_runtime.engine.llm.tokenizer import count_tokens, tokenizer_info
 from agent_runtime.engine.memory.convert import to_wire
@@ -58,7 +59,10 @@ class LiteLLMTokenCounter:
         self._lock = threading.Lock()
 
     def __call__(self, message: ChatMessage) -> int:
-        wire = to_wire(message)
+        return self.count_wire(to_wire(message))
+
+    def count_wire(self, wire: dict[str, Any]) -> int:
+        """One message in its chat-completions form (what a model request carries)."""
         key = hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).digest()
         with self._lock:
             if key in self._counts:

@@ -22,7 +22,6 @@ from agent_runtime.engine.flow.crewai.threads import FlowThreads
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
-from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.memory.tokens import token_counter_for
@@ -41,6 +40,7 @@ from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_ow
 from agent_runtime.engine.runs.lease.admission import Admission
 from agent_runtime.engine.runs.lease.finish import CANCELLED, RunEnding, RunFailure
 from agent_runtime.engine.runs.lease.keeper import LeaseKeeper
+from agent_runtime.engine.runs.lease.reservation import RunHold, RunReservation
 from agent_runtime.engine.runs.lease.store import RunEnd, RunIdTakenError, RunStore
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
@@ -88,8 +88,13 @@ class RunService:
         self._draining: asyncio.Task[None] | None = None
         self._drain_begun = asyncio.Event()
         self.admission = Admission(settings.max_concurrent_runs)
+        self._reservation = RunReservation(settings, templates, clock=clock)
         self.store = RunStore(
-            pool, owner=process_owner_id(), lease_seconds=settings.run_lease_seconds, endings=log_endings()
+            pool,
+            owner=process_owner_id(),
+            lease_seconds=settings.run_lease_seconds,
+            endings=log_endings(),
+            reserve=self._reservation.chunk,
         )
         self._threads = FlowThreads(settings.max_concurrent_runs, cpu_slots=settings.crewai_cpu_slots)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
@@ -223,21 +228,8 @@ class RunService:
                 async with asyncio.timeout(self._settings.run_timeout_seconds):
                     await self._turns.snapshots(job.turn)
                     await asyncio.shield(self.ensure_warm())
-                    # Imported after the warm-up: the gateway needs CrewAI-side types, which load in seconds.
-                    from agent_runtime.engine.runs.gateway.gateway import RunGateway
-
-                    frontend = job.turn.run_input.frontend_tools
-                    job.gateway = RunGateway(
-                        self._client(),
-                        job.events,
-                        recorder,
-                        answer_message_id=str(uuid4()),
-                        options=self._stage_options,
-                        tools=[*self._turns.tool_schemas, *(t.openai_schema() for t in frontend)],
-                        end_user=end_user_id(self._settings.jwt_secret, job.ctx.user_id),
-                        stops_at=[*self._turns.approval_tools, *(t.name for t in frontend)],
-                        state=job.turn.state,
-                    )
+                    hold = RunHold(self.store, self._reservation, job.ctx, job.started)
+                    job.gateway = self._turns.gateway(job.turn, recorder, self._stage_options, hold)
                     result = await self._turns.run(job.turn, job.gateway, recorder)
             except BaseException as exc:
                 if job.stop_reason is CANCELLED:

@@ -34,12 +34,19 @@ class SessionUsageRow(UsageTotals):
 
 
 class BudgetStatus(BaseModel):
-    """One of the caller's CNY budgets now (calendar day / month in UTC), from the stored per-message costs."""
+    """One of the caller's CNY budgets now (calendar day / month in UTC): what is spent (the stored per-message
+    costs, and what runs whose process died are charged beyond them) and what runs in progress hold."""
 
     budget: Literal["daily", "monthly"]
     limit: Money | None = Field(description="USER_DAILY_BUDGET_CNY / USER_MONTHLY_BUDGET_CNY; null: no limit.")
     spent: Money
-    remaining: Money | None = Field(description="What may still be spent (0 when used up); null: no limit.")
+    reserved: Money = Field(
+        description="The worst-case cost the caller's runs in progress hold against the budget until they end."
+    )
+    remaining: Money | None = Field(
+        description="limit - spent - reserved (0 when used up); null: no limit. A run is admitted only if its "
+        "worst-case cost fits in it."
+    )
     resets_at: datetime
 
 

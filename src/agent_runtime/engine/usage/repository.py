@@ -44,14 +44,12 @@ ORDER BY sum(m.cost) DESC, s.created_at DESC, m.session_id
 LIMIT $4 OFFSET $5
 """
 
-# The same sums the database checks before a run starts (migrations/0007), as of now.
+# What the database checks before a run starts (migrations/0009: spent, and reserved by runs in progress), now.
 BUDGETS_SQL = """
-SELECT coalesce(sum(cost) FILTER (WHERE created_at >= date_trunc('day', now(), 'UTC')), 0) AS spent_day,
-       coalesce(sum(cost), 0) AS spent_month,
+SELECT spent_day, spent_month, reserved,
        date_trunc('day', now(), 'UTC') + interval '1 day' AS day_resets_at,
        date_trunc('month', now(), 'UTC') + interval '1 month' AS month_resets_at
-  FROM agent_chat_messages
- WHERE user_id = $1 AND created_at >= date_trunc('month', now(), 'UTC')
+  FROM user_budget_use($1, NULL)
 """
 
 RUN_TOTALS_SQL = f"""

@@ -32,13 +32,20 @@ from agent_runtime.settings import UserQuotas
 
 
 def _budget(
-    name: Literal["daily", "monthly"], limit: Decimal | None, spent: Decimal, resets_at: datetime
+    name: Literal["daily", "monthly"], limit: Decimal | None, spent: Decimal, reserved: Decimal, resets_at: datetime
 ) -> BudgetStatus:
     # The database's scale (numeric(20,10)), so that every amount reads alike.
     scale = Decimal("1E-10")
     capped = None if limit is None else limit.quantize(scale)
-    remaining = None if capped is None else max(Decimal(0), capped - spent).quantize(scale)
-    return BudgetStatus(budget=name, limit=capped, spent=spent, remaining=remaining, resets_at=resets_at)
+    remaining = None if capped is None else max(Decimal(0), capped - spent - reserved).quantize(scale)
+    return BudgetStatus(
+        budget=name,
+        limit=capped,
+        spent=spent.quantize(scale),
+        reserved=reserved.quantize(scale),
+        remaining=remaining,
+        resets_at=resets_at,
+    )
 
 
 class UsageService:
@@ -66,8 +73,8 @@ class UsageService:
         async with self._pool.acquire() as conn:
             totals = await conn.fetchrow(USER_TOTALS_SQL, ctx.user_id, start, end)
             rows = await conn.fetch(USER_BY_SESSION_SQL, ctx.user_id, start, end, limit, offset)
-            spent = await conn.fetchrow(BUDGETS_SQL, ctx.user_id)
-        assert totals is not None and spent is not None
+            use = await conn.fetchrow(BUDGETS_SQL, ctx.user_id)
+        assert totals is not None and use is not None
         items = [
             SessionUsageRow(session_id=r["session_id"], title=r["title"], **totals_of(r).model_dump()) for r in rows
         ]
@@ -80,8 +87,16 @@ class UsageService:
             limit=limit,
             offset=offset,
             budgets=[
-                _budget("daily", self._quotas.daily_budget_cny, spent["spent_day"], spent["day_resets_at"]),
-                _budget("monthly", self._quotas.monthly_budget_cny, spent["spent_month"], spent["month_resets_at"]),
+                _budget(
+                    "daily", self._quotas.daily_budget_cny, use["spent_day"], use["reserved"], use["day_resets_at"]
+                ),
+                _budget(
+                    "monthly",
+                    self._quotas.monthly_budget_cny,
+                    use["spent_month"],
+                    use["reserved"],
+                    use["month_resets_at"],
+                ),
             ],
         )
 

@@ -44,7 +44,7 @@ from agent_runtime.engine.flow.crewai.threads import FlowThreads
 from agent_runtime.engine.flow.crewai.tool_results import RunToolCalls
 from agent_runtime.engine.flow.crewai.tools import RuntimeToolAdapter, ToolCalls
 from agent_runtime.engine.flow.crewai.wire import REQUEST_END
-from agent_runtime.engine.flow.model_call import CallModel, EventSink, StageOutputError
+from agent_runtime.engine.flow.model_call import MAX_TOOL_ITERATIONS, CallModel, EventSink, StageOutputError
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
@@ -70,8 +70,6 @@ if TYPE_CHECKING:
 
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
 _ContractT = TypeVar("_ContractT", IntentResult, ExecutionResult, OrganizationResult)
-
-DEFAULT_MAX_TOOL_ITERATIONS = 6
 
 
 class AgentFlowState(FlowState):
@@ -110,7 +108,7 @@ class FlowDeps:
     tool_registry: ToolRegistry = BUILTIN_TOOLS
     sink: EventSink | None = None
     max_json_retries: int = 2
-    max_tool_iterations: int = DEFAULT_MAX_TOOL_ITERATIONS
+    max_tool_iterations: int = MAX_TOOL_ITERATIONS
     threads: FlowThreads | None = None
     # Never run by CrewAI: the run stops at the model's call and runs them itself once approved.
     approval_tools: frozenset[str] = frozenset()

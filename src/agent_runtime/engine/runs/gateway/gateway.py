@@ -17,7 +17,7 @@ from agent_runtime.engine.flow.model_call import (
     ToolCallsPending,
 )
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.models import CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
+from agent_runtime.engine.llm.models import BeforeSend, CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
@@ -74,7 +74,8 @@ class RunGateway:
     with others) would share no more than the system prompt with the calls around it. Only the execution stage may
     call them (`tool_choice` "none" elsewhere, and in its repair calls). `stops_at`: tool names the run never runs
     on the model's word alone (approval and frontend tools); a reply calling one ends the run waiting
-    (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py)."""
+    (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py). `hold`: awaited
+    before each call is sent, it grows the run's budget hold (engine/runs/lease/reservation.py) or raises."""
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class RunGateway:
         end_user: str | None = None,
         stops_at: Collection[str] = (),
         state: RunStateTracker | None = None,
+        hold: BeforeSend | None = None,
     ) -> None:
         self._llm = llm
         self._events = events
@@ -97,6 +99,7 @@ class RunGateway:
         self._end_user = end_user
         self._stops_at = frozenset(stops_at)
         self._state = state
+        self.hold = hold
         self._answer = _AnswerMessage(events, answer_message_id)
         # Built in the run's task: the observation that times its first token.
         self._run = current_run()
@@ -182,6 +185,8 @@ class RunGateway:
         await self._recorder.flush_tool_results()
         self._enter(call.stage)
         request = self.request(call)
+        if self.hold is not None:
+            await self.hold(request)
 
         def unfinished(cut: UnfinishedCall) -> None:
             self._recorder.unfinished(call.stage, cut)

@@ -2,13 +2,14 @@
 the records its long statements take (the convention is in `engine/sessions/repository.py`). Every statement
 on a user's rows takes the owner (`user_id`); the sweep, the repair and retention are the system's (below).
 
-The start and the finish take 19 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
+The start and the finish take 20 parameters each: each has a record (`StartRecord`, `FinishRecord`) whose
 `args()` is the one place that orders them, next to a map of what each `$n` is, so that the statement and its
 arguments are read and changed together.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
@@ -36,10 +37,11 @@ class StartRecord(BaseModel):
     rows: list[list[Any]] = _ROWS
     pending_id: str | None = Field(description="The pending turn the run was planned against (None: none).")
     client_state: dict[str, JsonValue] | None
+    reserved_cny: Decimal = Field(ge=0, description="The run's worst-case cost, held against the user's budgets.")
 
     def args(self) -> list[Any]:
         # $1 session_id, $2 user_id, $3 run_id, $4 lease_owner, $5 lease_seconds, $6 visible, $7 audit, $8 title,
-        # $9-$17 rows, $18 pending_id, $19 client_state
+        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny
         return [
             self.session_id,
             self.user_id,
@@ -52,6 +54,7 @@ class StartRecord(BaseModel):
             *self.rows,
             self.pending_id,
             self.client_state,
+            self.reserved_cny,
         ]
 
 
@@ -98,13 +101,13 @@ WITH started AS (
            next_seq = next_seq + $6, next_audit_seq = next_audit_seq - $7, title = COALESCE(title, $8),
            state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $3::text,
                                                                  'error_id', NULL),
-           pending_turn = NULL, client_state = COALESCE($19::jsonb, client_state)
+           pending_turn = NULL, client_state = COALESCE($19::jsonb, client_state), run_reserved_cny = $20
      WHERE id = $1 AND user_id = $2 AND status <> 'running'
        -- The run was planned against this pending turn (engine/runs/request/pending.py), or none: it takes it.
        AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $18::text
     RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state
 ), run AS (
-    INSERT INTO agent_runs (id, session_id, user_id) SELECT $3::uuid, id, $2 FROM started
+    INSERT INTO agent_runs (id, session_id, user_id, reserved_cny) SELECT $3::uuid, id, $2, $20 FROM started
 ), inserted AS (
     {INSERT_ROWS_SQL}
     FROM {incoming_rows_sql(9)} CROSS JOIN started c
@@ -116,7 +119,8 @@ FINISH_SQL = f"""
 WITH c AS (
     UPDATE agent_chat_sessions
        SET status = $4::text, error_id = $5::text, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           next_seq = next_seq + $7, next_audit_seq = next_audit_seq - $8, pending_turn = $20::jsonb,
+           run_reserved_cny = 0, next_seq = next_seq + $7, next_audit_seq = next_audit_seq - $8,
+           pending_turn = $20::jsonb,
            state_snapshot = state_snapshot || jsonb_build_object('status', $4::text, 'run_id', $3::text,
                                                                  'error_id', $5::text)
      WHERE id = $1 AND user_id = $2 AND run_id = $3::uuid AND status = 'running'
@@ -138,6 +142,16 @@ WITH c AS (
 )
 SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost_source'
 """
+
+# A run's hold grows (engine/runs/lease/reservation.py); the trigger refuses it (AR402) when the budget has no room.
+GROW_HOLD_SQL = """
+UPDATE agent_chat_sessions SET run_reserved_cny = run_reserved_cny + $4
+ WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'
+RETURNING run_reserved_cny
+"""
+
+# A run the sweep failed finished after all and stored its rows: they hold what it spent, so the sweep's charge goes.
+SETTLE_LATE_SQL = "UPDATE agent_runs SET unrecorded_cny = 0 WHERE id = $1 AND user_id = $2"
 
 RENEW_SQL = """
 UPDATE agent_chat_sessions s SET lease_expires_at = now() + make_interval(secs => $2)
@@ -181,13 +195,19 @@ WITH expired AS (
 ), lost AS (
     UPDATE agent_chat_sessions s
        SET status = 'failed', error_id = e.error_id, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+           run_reserved_cny = 0,
            state_snapshot = s.state_snapshot || jsonb_build_object('status', 'failed', 'run_id', s.run_id::text,
                                                                    'error_id', e.error_id)
       FROM expired e WHERE s.id = e.id
     RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id
 ), runs AS (
+    -- Settled at its reservation less what it stored: what its cut calls cost never reached the ledger.
     UPDATE agent_runs r
-       SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true
+       SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true,
+           unrecorded_cny = greatest(r.reserved_cny - (
+               SELECT coalesce(sum(m.cost), 0) FROM agent_chat_messages m
+                WHERE m.session_id = l.session_id AND m.user_id = l.user_id AND m.metadata ->> 'run_id' = l.run_id::text
+           ), 0)
       FROM lost l WHERE r.id = l.run_id AND r.user_id = l.user_id AND r.status = 'running'
     RETURNING r.id, r.user_id, r.error_id
 ), lost_events AS (

@@ -12,7 +12,9 @@ session row), one run per session (`status <> 'running'` in the start's WHERE), 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
+from decimal import Decimal
 from typing import Literal
 from uuid import UUID
 
@@ -20,7 +22,7 @@ import asyncpg
 from pydantic import BaseModel, Field, JsonValue
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import session_not_found
+from agent_runtime.engine.errors import RunLostError, session_not_found
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.repository import SESSION_OWNED_SQL
 from agent_runtime.engine.messages.store import MessageBatch, insert_messages
@@ -33,9 +35,11 @@ from agent_runtime.engine.runs.lease.repository import (
     COUNT_SQL,
     EXPIRE_SQL,
     FINISH_SQL,
+    GROW_HOLD_SQL,
     LIST_SQL,
     RENEW_SQL,
     REPAIR_SQL,
+    SETTLE_LATE_SQL,
     START_SQL,
     SWEEP_SQL,
     FinishRecord,
@@ -70,6 +74,7 @@ class StartedRun(BaseModel):
     first_seq: int
     profile: Profile
     client_state: dict[str, JsonValue] | None = Field(default=None, description="The session's AG-UI state.")
+    reserved_cny: Decimal = Field(default=Decimal(0), description="What the run holds against the user's budgets.")
 
 
 class RunEnd(BaseModel):
@@ -115,12 +120,22 @@ class RunIdTakenError(Exception):
 
 
 class RunStore:
-    def __init__(self, pool: asyncpg.Pool, *, owner: str, lease_seconds: float, endings: LogEndings) -> None:
-        """`endings`: how the sweep and the log repair end the logs of runs whose process died."""
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        owner: str,
+        lease_seconds: float,
+        endings: LogEndings,
+        reserve: Callable[[], Decimal] | None = None,
+    ) -> None:
+        """`endings`: how the sweep and the log repair end the logs of runs whose process died. `reserve`: what
+        a run started now holds against the user's budgets (`reservation.py`); None: nothing."""
         self._pool = pool
         self.owner = owner
         self._lease_seconds = lease_seconds
         self._endings = endings
+        self._reserve = reserve or (lambda: Decimal(0))
 
     async def start(
         self,
@@ -135,7 +150,8 @@ class RunStore:
         """Move the session to `running` under this process's lease and store the run's input messages.
 
         The run takes the session's pending turn (AG-UI interrupts, frontend tool calls) it was planned
-        against, `pending_id` (None: nothing pending), and stores the client's AG-UI state when given.
+        against, `pending_id` (None: nothing pending), and stores the client's AG-UI state when given. The run
+        holds its reservation against the user's budgets until it ends (migrations/0009).
 
         None when the session is running already, or waits for another pending turn than `pending_id` (the
         caller re-plans, or sweeps and retries). Raises NotFoundError (missing or foreign session), the
@@ -143,6 +159,7 @@ class RunStore:
         message id already stored) and RunIdTakenError. Nothing is changed when it raises or returns None.
         """
         batch = MessageBatch(messages)
+        reserved = self._reserve()
         try:
             record = StartRecord(
                 session_id=session_id,
@@ -156,6 +173,7 @@ class RunStore:
                 rows=batch.arrays(),
                 pending_id=pending_id,
                 client_state=client_state,
+                reserved_cny=reserved,
             )
             row = await self._pool.fetchrow(START_SQL, *record.args())
         except asyncpg.UniqueViolationError as exc:
@@ -178,7 +196,22 @@ class RunStore:
             first_seq=row["first_seq"],
             profile=profile,
             client_state=row["client_state"],
+            reserved_cny=reserved,
         )
+
+    async def grow_hold(self, ctx: RequestContext, session_id: UUID, run_id: UUID, amount: Decimal) -> None:
+        """Hold `amount` more against the user's budgets for the run; raises BudgetExceededError when it does not
+        fit, and RunLostError when the run no longer holds its session."""
+        try:
+            held = await self._pool.fetchval(GROW_HOLD_SQL, session_id, ctx.user_id, run_id, amount)
+        except asyncpg.PostgresError as exc:
+            refused = quota_error(exc)
+            if refused is not None:
+                metrics.admission_refused(refused.code)
+                raise refused from exc
+            raise
+        if held is None:
+            raise RunLostError("the run lost its lease on the session (it was taken over)")
 
     async def _require_session(self, ctx: RequestContext, session_id: UUID) -> None:
         found = await self._pool.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
@@ -210,6 +243,7 @@ class RunStore:
         # The sweep failed the run meanwhile: what it spent is still stored (and billed), its status is not.
         log.warning("run finished after losing its lease", extra={"run_id": str(run_id), "outcome": end.run_status})
         await insert_messages(self._pool, ctx, session_id, end.rows)
+        await self._pool.execute(SETTLE_LATE_SQL, run_id, ctx.user_id)
         return RunEnd(owned=False, totals=await run_totals(self._pool, ctx, session_id, str(run_id)))
 
     async def list_for_session(

@@ -9,10 +9,10 @@ when the model asked for approval or frontend tools.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import asyncpg
 from pydantic import JsonValue
@@ -25,7 +25,8 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.models import ToolSchema
+from agent_runtime.engine.llm.end_user import end_user_id
+from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
 from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.messages.models import NewMessage
@@ -112,6 +113,27 @@ class TurnRunner:
         """The execution stage's server tools as the model is offered them (every call carries them: gateway)."""
         return [self._tools.get(name).openai_schema() for name in self._templates.execution.agent.tools]
 
+    def gateway(
+        self, job: TurnJob, recorder: RunRecorder, options: Mapping[str, CallOptions], hold: BeforeSend
+    ) -> RunGateway:
+        """The run's model calls' way out (gateway/gateway.py), built once the warm-up is done."""
+        # Imported here: the gateway needs CrewAI-side types, which load in seconds.
+        from agent_runtime.engine.runs.gateway.gateway import RunGateway
+
+        frontend = job.run_input.frontend_tools
+        return RunGateway(
+            self._client(),
+            job.events,
+            recorder,
+            answer_message_id=str(uuid4()),
+            options=options,
+            tools=[*self.tool_schemas, *(t.openai_schema() for t in frontend)],
+            end_user=end_user_id(self._settings.jwt_secret, job.ctx.user_id),
+            stops_at=[*self.approval_tools, *(t.name for t in frontend)],
+            state=job.state,
+            hold=hold,
+        )
+
     async def snapshots(self, job: TurnJob) -> None:
         """The thread as stored (a fresh page or a second device restores it from the stream alone) and the
         run state, first thing in every run."""
@@ -147,6 +169,7 @@ class TurnRunner:
                 options=self._templates.call_options(SUMMARY_STAGE, self._settings),
                 tools=gateway.tools,
                 end_user=gateway.end_user,
+                before_send=gateway.hold,
             ),
         )
         turn = split_turn(window)
