@@ -173,8 +173,8 @@ async def test_user_usage_range_and_pages(
     tomorrow = (now + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z")
     next_month = (now.replace(day=28) + timedelta(days=4)).strftime("%Y-%m-01T00:00:00Z")
     budgets = [
-        {"budget": "daily", "limit": "5.0000000000", "spent": "0.0091600002", "remaining": "4.9908399998"},
-        {"budget": "monthly", "limit": "50.0000000000", "spent": "0.0091600002", "remaining": "49.9908399998"},
+        {"budget": "daily", "limit": "5.0000000000", "spent": "0.0091600002", "reserved": "0.0000000000"},
+        {"budget": "monthly", "limit": "50.0000000000", "spent": "0.0091600002", "reserved": "0.0000000000"},
     ]
     assert everything.json()["budgets"] == [
         {**budget, "remaining": remaining, "resets_at": resets_at}
