@@ -34,6 +34,8 @@ def _kind(sql: str) -> str:
         return "events"
     if "INSERT INTO agent_chat_messages" in text:
         return "append"
+    if "SET run_reserved_cny = run_reserved_cny +" in text:
+        return "hold"
     if "WITH run AS (" in text and "FROM agent_run_events" in text:
         return "log page"
     return text[:80]
@@ -63,7 +65,7 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
 
 
-async def test_a_full_run_with_a_tool_call_is_seven_statements_and_a_direct_one_five(
+async def test_a_full_run_with_a_tool_call_is_eight_statements_and_a_direct_one_five(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()
@@ -83,9 +85,10 @@ async def test_a_full_run_with_a_tool_call_is_seven_statements_and_a_direct_one_
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     # start (session, lease, run row, input row, profile, the pending turn it takes); the thread for the
     # MESSAGES_SNAPSHOT; the memory window; the tool call's row; the tool result's row (written before the
-    # next model call); the end (rows, status, run row, totals, what the session waits for); the event log,
+    # next model call); the budget hold's growth (the first hold covers the first calls: engine/runs/lease/
+    # reservation.py); the end (rows, status, run row, totals, what the session waits for); the event log,
     # written once, with its terminal event (nobody followed the run from another replica).
-    assert full == ["start", "snapshot", "window", "append", "append", "finish", "events"]
+    assert full == ["start", "snapshot", "window", "append", "append", "hold", "finish", "events"]
 
     h.stub.enqueue(intent_direct("hi"))
     with counted_statements(monkeypatch) as direct:

@@ -119,8 +119,7 @@ FINISH_SQL = f"""
 WITH c AS (
     UPDATE agent_chat_sessions
        SET status = $4::text, error_id = $5::text, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           run_reserved_cny = 0, next_seq = next_seq + $7, next_audit_seq = next_audit_seq - $8,
-           pending_turn = $20::jsonb,
+           next_seq = next_seq + $7, next_audit_seq = next_audit_seq - $8, pending_turn = $20::jsonb,
            state_snapshot = state_snapshot || jsonb_build_object('status', $4::text, 'run_id', $3::text,
                                                                  'error_id', $5::text)
      WHERE id = $1 AND user_id = $2 AND run_id = $3::uuid AND status = 'running'
@@ -195,7 +194,6 @@ WITH expired AS (
 ), lost AS (
     UPDATE agent_chat_sessions s
        SET status = 'failed', error_id = e.error_id, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           run_reserved_cny = 0,
            state_snapshot = s.state_snapshot || jsonb_build_object('status', 'failed', 'run_id', s.run_id::text,
                                                                    'error_id', e.error_id)
       FROM expired e WHERE s.id = e.id
