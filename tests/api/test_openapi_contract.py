@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from uuid import uuid4
 
 import httpx
 import pytest
@@ -67,3 +68,21 @@ def test_run_endpoints_document_one_sse_event_and_the_400(spec: dict[str, Any]) 
         event = responses["200"]["content"]["text/event-stream"]["schema"]
         assert event["required"] == ["data"] and event["properties"]["data"]["contentMediaType"] == "application/json"
         assert {"400", "401", "404", "408", "409", "413", "422"} <= set(responses)
+
+
+@pytest.mark.parametrize(("value", "accepted"), [("", False), ("7", False), ("{run}:7", True), ("{run}:\x00", False)])
+async def test_last_event_id_query_pattern_and_check_agree(
+    client: httpx.AsyncClient, spec: dict[str, Any], user: User, value: str, accepted: bool
+) -> None:
+    """The query form documented the NUL-free pattern of any client text, so "" looked valid, then was a 422."""
+    run = uuid4()
+    value = value.format(run=run)
+    parameters = spec["paths"]["/v1/sessions/{session_id}/runs/{run_id}/events"]["get"]["parameters"]
+    (schema,) = (p["schema"] for p in parameters if p["name"] == "last_event_id")
+    (pattern,) = (branch["pattern"] for branch in schema["anyOf"] if "pattern" in branch)
+    assert bool(re.search(pattern, value)) is accepted
+    response = await client.get(
+        f"/v1/sessions/{uuid4()}/runs/{run}/events", params={"last_event_id": value}, headers=user.headers
+    )
+    # A well-formed id reaches the lookup: the session is not the caller's.
+    assert response.status_code == (404 if accepted else 422), response.text
