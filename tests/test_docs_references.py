@@ -36,6 +36,7 @@ SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".mypy_cache", ".ru
 # UPPER_CASE names the docs use that are not our settings, with the file that reads or defines them.
 ELSEWHERE = {
     "TEST_DATABASE_URL": "tests/support/database.py",  # the test suite's PostgreSQL
+    "SCHEMATHESIS_SEED": "tests/server/test_schemathesis.py",  # the seeds of the CI fuzzing run
     "BENCH_ADMIN_URL": "scripts/bench/load_kit.py",  # the benchmarks' PostgreSQL
     "BIND_ADDRESS": "docker/docker-compose.yml",  # a compose variable
     "POSTGRES_PASSWORD": "docker/docker-compose.yml",

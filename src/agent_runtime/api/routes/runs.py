@@ -22,7 +22,6 @@ from agent_runtime.engine.runs.request.models import (
     RunRequest,
     parse_last_event_id,
 )
-from agent_runtime.engine.text import ClientText
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
@@ -119,8 +118,10 @@ async def run_events(
             description="`<run_id>:<seq>` (this run's id): resume after this event.",
         ),
     ] = None,
+    # Not ClientText: its NUL-free `pattern` would take this one's place in the document, which then called ""
+    # valid (this pattern refuses NUL too).
     last_event_id_param: Annotated[
-        ClientText | None,
+        str | None,
         Query(
             alias="last_event_id",
             pattern=LAST_EVENT_ID_PATTERN,
