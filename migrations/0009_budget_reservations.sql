@@ -44,6 +44,20 @@ RETURNS TABLE (spent_day numeric, spent_month numeric, reserved numeric) AS $$
     SELECT stored.d + lost.d, stored.m + lost.m, held.r FROM stored, lost, held
 $$ LANGUAGE sql STABLE;
 
+-- Raises AR402 when `needed` does not fit in budget `name` (NULL: no limit) beside what is spent and held, or the
+-- budget is used up (a run needing nothing is refused then too).
+CREATE FUNCTION refuse_over_budget(name text, lim numeric, spent numeric, held numeric, needed numeric,
+                                   resets_at timestamptz) RETURNS void AS $$
+BEGIN
+    IF lim IS NOT NULL AND (spent + held >= lim OR spent + held + needed > lim) THEN
+        RAISE EXCEPTION '% budget %: % CNY spent, % held, this run needs %', name, lim, spent, held, needed
+            USING ERRCODE = 'AR402',
+                  DETAIL = json_build_object('budget', name, 'limit', lim, 'spent', spent, 'reserved', held,
+                                             'needed', needed, 'resets_at', resets_at)::text;
+    END IF;
+END;
+$$ LANGUAGE plpgsql;
+
 -- Replaces 0007's version: the same limits at a start; a budget now refuses a run whose hold does not fit, and
 -- the trigger also checks a hold that grows while the session runs (engine/runs/lease/reservation.py). A run
 -- holding nothing (an unpriced or free model) is refused only once the budget is used up, as before.
@@ -90,24 +104,10 @@ BEGIN
     END IF;
     IF daily IS NOT NULL OR monthly IS NOT NULL THEN
         SELECT * INTO use FROM user_budget_use(NEW.user_id, NEW.id);
-        IF daily IS NOT NULL AND (use.spent_day + use.reserved >= daily
-                                  OR use.spent_day + use.reserved + NEW.run_reserved_cny > daily) THEN
-            RAISE EXCEPTION 'user % spent % CNY today, % held (budget %, this run needs %)',
-                            NEW.user_id, use.spent_day, use.reserved, daily, NEW.run_reserved_cny
-                USING ERRCODE = 'AR402',
-                      DETAIL = json_build_object('budget', 'daily', 'limit', daily, 'spent', use.spent_day,
-                                                 'reserved', use.reserved, 'needed', NEW.run_reserved_cny,
-                                                 'resets_at', date_trunc('day', now(), 'UTC') + interval '1 day')::text;
-        END IF;
-        IF monthly IS NOT NULL AND (use.spent_month + use.reserved >= monthly
-                                    OR use.spent_month + use.reserved + NEW.run_reserved_cny > monthly) THEN
-            RAISE EXCEPTION 'user % spent % CNY this month, % held (budget %, this run needs %)',
-                            NEW.user_id, use.spent_month, use.reserved, monthly, NEW.run_reserved_cny
-                USING ERRCODE = 'AR402',
-                      DETAIL = json_build_object('budget', 'monthly', 'limit', monthly, 'spent', use.spent_month,
-                                                 'reserved', use.reserved, 'needed', NEW.run_reserved_cny,
-                                                 'resets_at', date_trunc('month', now(), 'UTC') + interval '1 month')::text;
-        END IF;
+        PERFORM refuse_over_budget('daily', daily, use.spent_day, use.reserved, NEW.run_reserved_cny,
+                                   date_trunc('day', now(), 'UTC') + interval '1 day');
+        PERFORM refuse_over_budget('monthly', monthly, use.spent_month, use.reserved, NEW.run_reserved_cny,
+                                   date_trunc('month', now(), 'UTC') + interval '1 month');
     END IF;
     RETURN NEW;
 END;

@@ -119,6 +119,14 @@ class RunIdTakenError(Exception):
     """The run id is already used (a client reused its AG-UI runId); the caller picks a new one."""
 
 
+def _raise_quota_refusal(exc: asyncpg.PostgresError) -> None:
+    """Raise the client-facing error when the database refused a quota (engine/quotas.py); else return."""
+    refused = quota_error(exc)
+    if refused is not None:
+        metrics.admission_refused(refused.code)
+        raise refused from exc
+
+
 class RunStore:
     def __init__(
         self,
@@ -181,10 +189,7 @@ class RunStore:
                 raise RunIdTakenError(str(run_id)) from exc
             raise batch.conflict() from exc
         except asyncpg.PostgresError as exc:
-            refused = quota_error(exc)
-            if refused is not None:
-                metrics.admission_refused(refused.code)
-                raise refused from exc
+            _raise_quota_refusal(exc)
             raise
         if row is None:
             await self._require_session(ctx, session_id)
@@ -205,10 +210,7 @@ class RunStore:
         try:
             held = await self._pool.fetchval(GROW_HOLD_SQL, session_id, ctx.user_id, run_id, amount)
         except asyncpg.PostgresError as exc:
-            refused = quota_error(exc)
-            if refused is not None:
-                metrics.admission_refused(refused.code)
-                raise refused from exc
+            _raise_quota_refusal(exc)
             raise
         if held is None:
             raise RunLostError("the run lost its lease on the session (it was taken over)")
