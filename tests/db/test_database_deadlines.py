@@ -33,22 +33,30 @@ async def silent_server() -> AsyncIterator[str]:
         await server.wait_closed()
 
 
-async def _seconds_to_refusal(dsn: str, deadlines: DatabaseDeadlines, statement: str = "SELECT 1") -> float:
+async def _seconds_to_refusal(
+    dsn: str, deadlines: DatabaseDeadlines, statement: str = "SELECT 1", *, acquired: bool = False
+) -> float:
+    """How long `statement` takes to fail, run by the pool (`pool.fetchval`) or on a connection acquired from it."""
     pool = await create_pool(dsn, min_size=0, max_size=2, deadlines=deadlines)
     try:
         started = time.monotonic()
         with pytest.raises(DatabaseUnavailableError) as refused:
             async with asyncio.timeout(20):
-                await pool.fetchval(statement)
+                if acquired:
+                    async with pool.acquire() as conn:
+                        await conn.fetchval(statement)
+                else:
+                    await pool.fetchval(statement)
         assert refused.value.status_code == 503 and refused.value.code == "database_unavailable"
         return time.monotonic() - started
     finally:
         pool.terminate()
 
 
-async def test_the_acquire_deadline_bounds_a_connect_that_gets_no_answer(silent_server: str) -> None:
+@pytest.mark.parametrize("acquired", [False, True], ids=["pool", "acquired"])
+async def test_the_acquire_deadline_bounds_a_connect_that_gets_no_answer(silent_server: str, acquired: bool) -> None:
     deadlines = DatabaseDeadlines(connect_seconds=10, acquire_seconds=0.5, statement_seconds=10)
-    assert 0.4 < await _seconds_to_refusal(silent_server, deadlines) < 1.5
+    assert 0.4 < await _seconds_to_refusal(silent_server, deadlines, acquired=acquired) < 1.5
 
 
 async def test_the_connect_deadline_bounds_one_connect(silent_server: str) -> None:
@@ -56,6 +64,7 @@ async def test_the_connect_deadline_bounds_one_connect(silent_server: str) -> No
     assert 0.4 < await _seconds_to_refusal(silent_server, deadlines) < 1.5
 
 
-async def test_the_statement_deadline_bounds_a_statement_that_does_not_finish(database_url: str) -> None:
+@pytest.mark.parametrize("acquired", [False, True], ids=["pool", "acquired"])
+async def test_the_statement_deadline_bounds_a_statement_that_never_ends(database_url: str, acquired: bool) -> None:
     deadlines = DatabaseDeadlines(connect_seconds=5, acquire_seconds=5, statement_seconds=0.5)
-    assert 0.4 < await _seconds_to_refusal(database_url, deadlines, "SELECT pg_sleep(10)") < 1.5
+    assert 0.4 < await _seconds_to_refusal(database_url, deadlines, "SELECT pg_sleep(10)", acquired=acquired) < 1.5
