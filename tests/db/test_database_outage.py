@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -68,36 +69,50 @@ async def own_pg() -> AsyncIterator[OwnPostgres]:
         await pg.close()
 
 
-@pytest.fixture
-async def service(own_pg: OwnPostgres, settings: Settings) -> AsyncIterator[Service]:
-    await own_pg.ensure_started()
-    url = await own_pg.create_database(f"outage_{time.monotonic_ns()}")
+@asynccontextmanager
+async def serving(pg: OwnPostgres, settings: Settings, **overrides: Any) -> AsyncIterator[Service]:
+    """The app (lifespan run) on a fresh database of `pg`, its model a stub; warm when it is yielded."""
+    await pg.ensure_started()
+    url = await pg.create_database(f"outage_{time.monotonic_ns()}")
     await apply_migrations(url)
     async with DeepSeekStub(api_key=STUB_API_KEY, responder=default_responder) as stub:
-        app_settings = settings.model_copy(
-            update={
-                "database_url": url,
-                "llm_model": "deepseek/deepseek-flash",
-                "llm_api_base": stub.base_url,
-                "deepseek_api_key": SecretStr(STUB_API_KEY),
-                "llm_max_retries": 0,
-                # Short leases, so that the sweep records the run the outage ended within the test.
-                "run_lease_seconds": 6.0,
-                "run_heartbeat_seconds": 0.5,
-                "run_sweep_seconds": 0.5,
-                "db_pool_min_size": 2,
-                "db_pool_max_size": 5,
-            }
-        )
-        app = create_app(app_settings)
+        values: dict[str, Any] = {
+            "database_url": url,
+            "llm_model": "deepseek/deepseek-flash",
+            "llm_api_base": stub.base_url,
+            "deepseek_api_key": SecretStr(STUB_API_KEY),
+            "llm_max_retries": 0,
+            # Short leases, so that the sweep records the run the outage ended within the test.
+            "run_lease_seconds": 6.0,
+            "run_heartbeat_seconds": 0.5,
+            "run_sweep_seconds": 0.5,
+            "db_pool_min_size": 2,
+            "db_pool_max_size": 5,
+        }
+        app = create_app(settings.model_copy(update={**values, **overrides}))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as client:
-                service = Service(own_pg, stub, client, User(settings), url)
+                service = Service(pg, stub, client, User(settings), url)
                 # The first run of the process loads CrewAI and LiteLLM: not what the bounds below measure.
                 warm = await service.run(await service.new_session(), "warm-up")
                 assert warm[-1]["type"] == "RUN_FINISHED", warm
                 yield service
+
+
+@pytest.fixture
+async def service(own_pg: OwnPostgres, settings: Settings) -> AsyncIterator[Service]:
+    async with serving(own_pg, settings) as service:
+        yield service
+
+
+async def hold_a_run(service: Service, session_id: str) -> asyncio.Task[list[dict[str, Any]]]:
+    """A run that has called the model, which does not answer until the test releases `service.stub`'s hold."""
+    seen = len(service.stub.requests)
+    in_flight = asyncio.create_task(service.run(session_id, "hello"))
+    async with asyncio.timeout(10):
+        await service.stub.wait_for_requests(seen + 1)
+    return in_flight
 
 
 def assert_unavailable(response: httpx.Response, seconds: float) -> None:
@@ -128,10 +143,7 @@ async def test_an_outage_is_503_database_unavailable_at_once_and_everything_reco
     held_session, busy_session = await service.new_session(), await service.new_session()
     hold = service.stub.hold_replies()
     service.stub.enqueue(intent_direct("never stored"))
-    seen = len(service.stub.requests)
-    in_flight = asyncio.create_task(service.run(held_session, "hello"))
-    async with asyncio.timeout(10):
-        await service.stub.wait_for_requests(seen + 1)
+    in_flight = await hold_a_run(service, held_session)
 
     await service.pg.stop_immediately()
     for kind in ("read", "write", "run", "ready"):
@@ -200,3 +212,17 @@ async def test_killed_connections_cost_a_read_nothing_and_a_write_a_503(service:
     assert (await service.client.get(f"/v1/sessions/{session}", headers=service.user.headers)).status_code == 200
     assert (await service.run(await service.new_session(), "after the kill"))[-1]["type"] == "RUN_FINISHED"
     assert (await service.client.get("/health/ready")).status_code == 200
+
+
+async def test_a_shutdown_while_the_database_is_away_does_not_wait_for_it(
+    own_pg: OwnPostgres, settings: Settings
+) -> None:
+    async with serving(own_pg, settings, shutdown_grace_seconds=0.5) as service:
+        service.stub.hold_replies()  # never released: only the shutdown ends this run
+        in_flight = await hold_a_run(service, await service.new_session())
+        await service.pg.stop_immediately()
+        leaving = time.monotonic()
+    # The drain's grace, the run's end tried for about a second, its log, the pool closed: seconds, not a hang.
+    assert time.monotonic() - leaving < 5
+    events = await asyncio.wait_for(in_flight, 5)
+    assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "run_interrupted"), events[-1]

@@ -20,6 +20,7 @@ from uuid import UUID
 
 import asyncpg
 
+from agent_runtime.db.outage import is_unavailable
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError, NotFoundError
 from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
@@ -150,8 +151,9 @@ class RunEventHub:
         while True:
             try:
                 await self._listen_once(dsn)
-            except Exception:
-                log.warning("run events: cannot LISTEN; followers poll meanwhile", exc_info=True)
+            except Exception as exc:
+                # An outage says so once a second; a traceback only for what is not one.
+                log.warning("run events: cannot LISTEN; followers poll meanwhile", exc_info=not is_unavailable(exc))
             await asyncio.sleep(_RECONNECT_SECONDS)
 
     async def _listen_once(self, dsn: str) -> None:
