@@ -10,7 +10,7 @@ import asyncpg
 
 from agent_runtime.db.outage import ResilientPool
 from agent_runtime.observability.tracing import trace_queries
-from agent_runtime.settings import DatabaseDeadlines, UserQuotas
+from agent_runtime.settings import DatabaseDeadlines, Settings, UserQuotas
 
 # The characters `engine.text` refuses from clients (the db layer sits below the engine, so not imported).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -53,7 +53,12 @@ async def _keep_session_state(conn: asyncpg.Connection) -> None:
 
 
 # The defaults of Settings (DATABASE_*_TIMEOUT_SECONDS), for pools made without settings (tests, benchmarks).
-DEFAULT_DEADLINES = DatabaseDeadlines(connect_seconds=2.0, acquire_seconds=3.0, statement_seconds=15.0)
+DEFAULT_DEADLINES = DatabaseDeadlines(
+    **{
+        f"{name}_seconds": Settings.model_fields[f"database_{name}_timeout_seconds"].default
+        for name in ("connect", "acquire", "statement")
+    }
+)
 
 
 async def create_pool(
