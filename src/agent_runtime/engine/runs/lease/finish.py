@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 # Errors of a database that is up but refused this attempt: worth another try until the lease runs out.
 _TRANSIENT_DB_ERRORS = (
+    asyncpg.exceptions.OperatorInterventionError,  # e.g. 57014, a cancelled statement
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.SerializationError,
     asyncpg.exceptions.DeadlockDetectedError,
