@@ -38,6 +38,14 @@ class UserQuotas(BaseModel):
     monthly_budget_cny: Decimal | None = None
 
 
+class DatabaseDeadlines(BaseModel):
+    """How long the pool waits for PostgreSQL (db/outage.py): past these, a request gets 503 database_unavailable."""
+
+    connect_seconds: float
+    acquire_seconds: float
+    statement_seconds: float
+
+
 class Settings(BaseSettings):
     # env_ignore_empty: `NAME=` in the environment or .env means unset (the default), never "set to nothing"
     # (an empty DEEPSEEK_API_KEY used to count as a key and leave the demo model).
@@ -54,6 +62,11 @@ class Settings(BaseSettings):
     # 20: at the default MAX_CONCURRENT_RUNS a pool of 10 queued the runs' statements and delayed RUN_STARTED;
     # 20 mostly did not (docs/benchmarks.md, "Database pool").
     db_pool_max_size: int = Field(default=20, ge=1, le=200)
+    # Deadlines while PostgreSQL is away or slow (docs/configuration.md, "Database deadlines"). A refused connection
+    # fails at once; these bound a server that does not answer. Acquiring also waits for a busy pool, hence longer.
+    database_connect_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    database_acquire_timeout_seconds: float = Field(default=3.0, gt=0, le=60)
+    database_statement_timeout_seconds: float = Field(default=15.0, gt=0, le=600)
 
     jwt_secret: SecretStr = SecretStr(DEV_JWT_SECRET)
     jwt_issuer: str | None = None
@@ -218,6 +231,14 @@ class Settings(BaseSettings):
             max_sessions_per_user=self.max_sessions_per_user or None,
             daily_budget_cny=self.user_daily_budget_cny or None,
             monthly_budget_cny=self.user_monthly_budget_cny or None,
+        )
+
+    @property
+    def database_deadlines(self) -> DatabaseDeadlines:
+        return DatabaseDeadlines(
+            connect_seconds=self.database_connect_timeout_seconds,
+            acquire_seconds=self.database_acquire_timeout_seconds,
+            statement_seconds=self.database_statement_timeout_seconds,
         )
 
     @property

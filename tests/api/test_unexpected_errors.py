@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 
+import asyncpg
 import httpx
 import pytest
 
@@ -72,3 +73,35 @@ async def test_unexpected_exception_is_a_json_500_traceable_by_request_and_error
     )
     assert "RuntimeError: secret internals" in str(line["exc"])
     assert "secret internals" not in response.text
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"),
+        asyncpg.InterfaceError("cannot call Connection.fetch(): connection is closed"),
+    ],
+)
+async def test_a_lost_database_connection_outside_the_pool_is_503_database_unavailable_not_500(
+    settings: Settings, lost: Exception
+) -> None:
+    app = create_app(settings)
+
+    async def query() -> None:
+        # As a library would: the lost connection wrapped in an error of its own.
+        raise RuntimeError("lookup failed") from lost
+
+    async def timeout() -> None:
+        raise TimeoutError  # not the database's: stays a 500
+
+    app.add_api_route("/query", query)
+    app.add_api_route("/timeout", timeout)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as client:
+        response = await client.get("/query")
+        unrelated = await client.get("/timeout")
+
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "database_unavailable"
+    assert response.headers["retry-after"] == "2"
+    assert unrelated.status_code == 500

@@ -61,7 +61,8 @@ _DESCRIPTIONS = {
     "resets (also `Retry-After`).",
     429: "`server_busy` (this process is full), `too_many_runs` (your runs in progress), `rate_limited` (your runs "
     "per minute): retry after `Retry-After` seconds; `too_many_sessions`: delete some.",
-    503: "Not ready, or shutting down (`shutting_down`, with `Retry-After`).",
+    503: "Not ready, shutting down (`shutting_down`), or without its database (`database_unavailable`); both with "
+    "`Retry-After`.",
 }
 
 
@@ -70,12 +71,16 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorResponse, "description": _DESCRIPTIONS.get(s, "Error.")} for s in statuses}
 
 
-async def _app_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AppError)
+def app_error_json(exc: AppError) -> JSONResponse:
     response = error_json(exc.status_code, exc.code, exc.message, details=exc.details, **exc.extra)
     if exc.retry_after is not None:
         response.headers["Retry-After"] = str(math.ceil(exc.retry_after))
     return response
+
+
+async def _app_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return app_error_json(exc)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

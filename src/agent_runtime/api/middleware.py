@@ -18,7 +18,8 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_runtime.api.errors import ErrorBody, ErrorResponse
-from agent_runtime.engine.errors import AppError
+from agent_runtime.db.outage import outage_behind
+from agent_runtime.engine.errors import AppError, DatabaseUnavailableError
 from agent_runtime.logging_setup import request_id_var
 from agent_runtime.observability import metrics
 from agent_runtime.observability.tracing import annotate_current
@@ -161,9 +162,24 @@ class RequestContextMiddleware:
                     return
             try:
                 await self.app(scope, replay, send_with_id)
-            except Exception:
+            except Exception as exc:
                 if status_holder[0]:
                     raise  # the response has begun: nothing to replace it with
+                if outage_behind(exc):
+                    # A lost connection the pool did not translate (db/outage.py) is still no server bug.
+                    error_log.warning("database unavailable", exc_info=True)
+                    unavailable = DatabaseUnavailableError()
+                    status_holder[0] = unavailable.status_code
+                    await _send_json_error(
+                        send,
+                        unavailable.status_code,
+                        unavailable.code,
+                        unavailable.message,
+                        request_id,
+                        close=False,
+                        retry_after=unavailable.retry_after,
+                    )
+                    return
                 # Here and not in an app exception handler: Starlette runs those outside this middleware,
                 # where the request id is gone from the logs and the response.
                 error_id = uuid.uuid4().hex

@@ -8,8 +8,9 @@ from typing import Any
 
 import asyncpg
 
+from agent_runtime.db.outage import ResilientPool
 from agent_runtime.observability.tracing import trace_queries
-from agent_runtime.settings import UserQuotas
+from agent_runtime.settings import DatabaseDeadlines, Settings, UserQuotas
 
 # The characters `engine.text` refuses from clients (the db layer sits below the engine, so not imported).
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -51,11 +52,26 @@ async def _keep_session_state(conn: asyncpg.Connection) -> None:
     """
 
 
+# The defaults of Settings (DATABASE_*_TIMEOUT_SECONDS), for pools made without settings (tests, benchmarks).
+DEFAULT_DEADLINES = DatabaseDeadlines(
+    **{
+        f"{name}_seconds": Settings.model_fields[f"database_{name}_timeout_seconds"].default
+        for name in ("connect", "acquire", "statement")
+    }
+)
+
+
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, quotas: UserQuotas | None = None
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    quotas: UserQuotas | None = None,
+    deadlines: DatabaseDeadlines = DEFAULT_DEADLINES,
 ) -> asyncpg.Pool:
     """`quotas` are the per-user limits the database's triggers read (migrations/0003, 0007), set once per
-    connection as `agent_runtime.<name>` session settings; None or an unset limit: none."""
+    connection as `agent_runtime.<name>` session settings; None or an unset limit: none. `deadlines` bound the
+    connect, the wait for a connection and each statement (db/outage.py)."""
     limits = {name: str(value) for name, value in (quotas or UserQuotas()).model_dump().items() if value is not None}
 
     async def init(conn: asyncpg.Connection) -> None:
@@ -63,10 +79,23 @@ async def create_pool(
         for name, value in limits.items():
             await conn.execute("SELECT set_config($1, $2, false)", f"agent_runtime.{name}", value)
 
-    pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=init, reset=_keep_session_state, command_timeout=60
+    # asyncpg.create_pool's own arguments, with our pool class (create_pool takes none).
+    pool = ResilientPool(
+        dsn,
+        acquire_timeout=deadlines.acquire_seconds,
+        connection_class=asyncpg.Connection,
+        record_class=asyncpg.Record,
+        min_size=min_size,
+        max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        loop=None,
+        init=init,
+        reset=_keep_session_state,
+        command_timeout=deadlines.statement_seconds,
+        timeout=deadlines.connect_seconds,
     )
-    assert pool is not None
+    await pool
     return pool
 
 

@@ -104,6 +104,17 @@ class ShuttingDownError(AppError):
     code = "shutting_down"
 
 
+class DatabaseUnavailableError(AppError):
+    """PostgreSQL is away (down, restarting, unreachable) or did not answer within its deadlines (db/outage.py)."""
+
+    status_code = 503
+    code = "database_unavailable"
+
+    def __init__(self, message: str = "the database is not reachable; retry shortly", *, retry_after: float = 2.0):
+        # 2 s: long enough for a restart or failover to get noticed, short enough that nobody waits for nothing.
+        super().__init__(message, retry_after=retry_after)
+
+
 class ValidationFailedError(AppError):
     status_code = 422
     code = "validation_error"

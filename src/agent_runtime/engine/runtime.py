@@ -9,6 +9,7 @@ import asyncpg
 
 from agent_runtime.db.embedded import EmbeddedPostgres
 from agent_runtime.db.migrations import apply_migrations
+from agent_runtime.db.outage import is_unavailable
 from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
@@ -49,9 +50,11 @@ class RuntimeEngine:
 
     async def is_ready(self) -> bool:
         try:
-            return await ping(self.pool, within_seconds=2)
-        except (OSError, asyncpg.PostgresError, TimeoutError):
-            return False
+            return await ping(self.pool, within_seconds=self.settings.database_acquire_timeout_seconds)
+        except Exception as exc:
+            if is_unavailable(exc):
+                return False
+            raise
 
 
 @dataclass
@@ -103,6 +106,7 @@ async def open_engine(settings: Settings, *, clock: Clock | None = None) -> Engi
             min_size=settings.db_pool_min_size,
             max_size=settings.db_pool_max_size,
             quotas=settings.user_quotas,
+            deadlines=settings.database_deadlines,
         )
     except BaseException:
         if embedded is not None:

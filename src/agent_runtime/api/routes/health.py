@@ -7,7 +7,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from agent_runtime.api.deps import Engine
-from agent_runtime.api.errors import error_json, error_responses
+from agent_runtime.api.errors import app_error_json, error_json, error_responses
+from agent_runtime.engine.errors import DatabaseUnavailableError
 
 router = APIRouter(prefix="/health", tags=["health"])
 
@@ -32,7 +33,8 @@ async def live() -> Health:
 @router.get("/ready", response_model=Readiness, responses=error_responses(503))
 async def ready(engine: Engine) -> Readiness | JSONResponse:
     """503 while the process shuts down (`shutting_down`), while it runs as many runs as it may
-    (`server_busy`: a load balancer should send new runs elsewhere), without its database (`unavailable`),
+    (`server_busy`: a load balancer should send new runs elsewhere), without its database (`database_unavailable`,
+    with Retry-After, within DATABASE_ACQUIRE_TIMEOUT_SECONDS; 200 again once it answers),
     and until CrewAI and LiteLLM are loaded (`warming_up`, seconds after a start; `warm_up_failed` if their
     import failed: see the log). So a run sent once this answers 200 does not wait for the imports.
     `/health/live` answers 200 all along."""
@@ -42,7 +44,7 @@ async def ready(engine: Engine) -> Readiness | JSONResponse:
     if admission.full:
         return error_json(503, "server_busy", f"the server runs {admission.in_flight} runs, its maximum")
     if not await engine.is_ready():
-        return error_json(503, "unavailable", "database is not reachable")
+        return app_error_json(DatabaseUnavailableError())
     # Readiness waits for the warm-up, not only the first run: a load balancer that sent runs as soon as the
     # database answered made the first one after every start wait seconds for CrewAI's import.
     warm_up = engine.runs.warm_up

@@ -123,7 +123,8 @@ class PostgresChatMemoryRepository:
     async def find_by_conversation_id(self, conversation_id: str, *, max_messages: int) -> WindowRead:
         if max_messages < 1:
             raise BadRequestError("max_messages must be at least 1")
-        rows = await self._pool.fetch(WINDOW_SQL, _session_id(conversation_id), self._ctx.user_id, max_messages)
+        session_id, user_id = _session_id(conversation_id), self._ctx.user_id
+        rows = await self._pool.read(lambda conn: conn.fetch(WINDOW_SQL, session_id, user_id, max_messages))
         mark = next((_mark(r) for r in rows if r["part"] == "mark"), None)
         first_user = next((r["message_id"] for r in rows if r["part"] == "first_user"), None)
         system = next((row_to_chat_message(r) for r in rows if r["part"] == "system"), None)

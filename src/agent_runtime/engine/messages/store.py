@@ -120,15 +120,17 @@ class MessageStore:
     async def list_visible(
         self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
     ) -> Page[StoredMessage]:
-        async with self._pool.acquire() as conn:
-            owned = await conn.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
-            if owned is None:
+
+        async def read(conn: asyncpg.Connection) -> tuple[int, list[asyncpg.Record]]:
+            if await conn.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id) is None:
                 raise session_not_found(session_id)
             total = await conn.fetchval(COUNT_VISIBLE_SQL, session_id, ctx.user_id)
-            rows = await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
+            return total, await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
+
+        total, rows = await self._pool.read(read)
         return Page[StoredMessage](items=[row_to_message(r) for r in rows], total=total, limit=limit, offset=offset)
 
     async def latest_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int) -> list[StoredMessage]:
         """The newest `limit` visible messages, oldest first (one index-backed read; no ownership error)."""
-        rows = await self._pool.fetch(LATEST_VISIBLE_SQL, session_id, ctx.user_id, limit)
+        rows = await self._pool.read(lambda conn: conn.fetch(LATEST_VISIBLE_SQL, session_id, ctx.user_id, limit))
         return [row_to_message(r) for r in rows]

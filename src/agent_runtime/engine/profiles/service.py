@@ -44,7 +44,10 @@ class ProfileService:
         self._pool = pool
 
     async def get(self, ctx: RequestContext, *, conn: asyncpg.Connection | None = None) -> Profile:
-        row = await (conn or self._pool).fetchrow(GET_SQL, ctx.user_id)
+        if conn is not None:
+            row = await conn.fetchrow(GET_SQL, ctx.user_id)
+        else:
+            row = await self._pool.read(lambda pooled: pooled.fetchrow(GET_SQL, ctx.user_id))
         return default_profile(ctx) if row is None else row_to_profile(row)
 
     async def put(self, ctx: RequestContext, update: ProfileUpdate) -> Profile:

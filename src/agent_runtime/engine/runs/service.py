@@ -108,7 +108,8 @@ class RunService:
             on_cancel=self._cancel_requested,
         )
         self.events = EventStore(pool)
-        self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested)
+        connect_timeout = settings.database_connect_timeout_seconds
+        self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested, connect_timeout=connect_timeout)
         self._tools = engine_tools(ProfileService(pool))
         self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
@@ -247,10 +248,9 @@ class RunService:
             job.route = result.route
             waiting = result.waiting.model_dump(mode="json") if result.waiting is not None else None
             end = await self._ending.record(job.ctx, job.started, "completed", result.rows, waiting=waiting)
-            if end is None:
+            if isinstance(end, RunFailure):
                 # The rows could not be stored (logged with the cause): record at least the failure.
-                lost = RunFailure("internal_error", "the run's result could not be stored")
-                await self._fail(job, lost, [], None)
+                await self._fail(job, end, [], None)
                 return
             observability.run_completed()
             await self._announce(job, end, result)
@@ -273,8 +273,8 @@ class RunService:
         )
         end = await self._ending.record(job.ctx, job.started, "completed", rows, run_status="cancelled")
         log.info("run cancelled", extra={"run_id": str(job.run_id), "session_id": str(job.session_id)})
-        if end is None:
-            await self._fail(job, RunFailure("internal_error", "the cancelled run could not be stored"), [], None)
+        if isinstance(end, RunFailure):
+            await self._fail(job, end, [], None)
             return
         await self._announce(job, end, TurnResult(rows=[], route=job.route), cancelled=True)
 

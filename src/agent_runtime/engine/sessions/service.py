@@ -51,16 +51,19 @@ class SessionService:
         return row_to_session(row)
 
     async def get(self, ctx: RequestContext, session_id: UUID) -> Session:
-        row = await self._pool.fetchrow(GET_SQL, session_id, ctx.user_id)
+        row = await self._pool.read(lambda conn: conn.fetchrow(GET_SQL, session_id, ctx.user_id))
         if row is None:
             raise session_not_found(session_id)
         return row_to_session(row)
 
     async def list(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None = None) -> Page[Session]:
         pattern = _like_pattern(q) if q else None
-        async with self._pool.acquire() as conn:
+
+        async def read(conn: asyncpg.Connection) -> tuple[int, list[asyncpg.Record]]:
             total = await conn.fetchval(COUNT_SQL, ctx.user_id, pattern)
-            rows = await conn.fetch(LIST_SQL, ctx.user_id, pattern, limit, offset)
+            return total, await conn.fetch(LIST_SQL, ctx.user_id, pattern, limit, offset)
+
+        total, rows = await self._pool.read(read)
         return Page[Session](items=[row_to_session(r) for r in rows], total=total, limit=limit, offset=offset)
 
     async def update(self, ctx: RequestContext, session_id: UUID, data: SessionUpdate) -> Session:

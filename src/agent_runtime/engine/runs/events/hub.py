@@ -20,6 +20,7 @@ from uuid import UUID
 
 import asyncpg
 
+from agent_runtime.db.outage import is_unavailable
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import AppError, NotFoundError
 from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
@@ -47,9 +48,12 @@ def run_not_found(run_id: UUID) -> NotFoundError:
 
 
 class RunEventHub:
-    def __init__(self, store: EventStore, *, dsn: str | None, on_cancel: Callable[[UUID], None]) -> None:
+    def __init__(
+        self, store: EventStore, *, dsn: str | None, on_cancel: Callable[[UUID], None], connect_timeout: float = 2.0
+    ) -> None:
         self._store = store
         self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._on_cancel = on_cancel
         self._logs: dict[UUID, RunEventLog] = {}
         self._waiters: dict[UUID, set[asyncio.Event]] = {}
@@ -142,24 +146,29 @@ class RunEventHub:
             self._listening = None
 
     async def _listen(self, dsn: str) -> None:
+        # Whatever ends one connection (the server going away at any step included), the next is tried: a task
+        # that died here would leave followers on other replicas polling, and cancels unheard, until a restart.
         while True:
             try:
-                conn = await asyncpg.connect(dsn)
-            except (OSError, asyncpg.PostgresError, TimeoutError):
-                log.warning("run events: cannot LISTEN; followers poll meanwhile", exc_info=True)
-                await asyncio.sleep(_RECONNECT_SECONDS)
-                continue
-            lost = asyncio.Event()
-            try:
-                conn.add_termination_listener(functools.partial(_set_on_close, lost))
-                await conn.add_listener(EVENTS_CHANNEL, self._on_events)
-                await conn.add_listener(CONTROL_CHANNEL, self._on_control)
-                self._wake_everyone()  # whatever was notified while we were not listening
-                await lost.wait()
-                log.warning("run events: the LISTEN connection dropped; reconnecting")
-            finally:
-                if not conn.is_closed():
-                    await conn.close()
+                await self._listen_once(dsn)
+            except Exception as exc:
+                # An outage says so once a second; a traceback only for what is not one.
+                log.warning("run events: cannot LISTEN; followers poll meanwhile", exc_info=not is_unavailable(exc))
+            await asyncio.sleep(_RECONNECT_SECONDS)
+
+    async def _listen_once(self, dsn: str) -> None:
+        conn = await asyncpg.connect(dsn, timeout=self._connect_timeout)
+        lost = asyncio.Event()
+        try:
+            conn.add_termination_listener(functools.partial(_set_on_close, lost))
+            await conn.add_listener(EVENTS_CHANNEL, self._on_events)
+            await conn.add_listener(CONTROL_CHANNEL, self._on_control)
+            self._wake_everyone()  # whatever was notified while we were not listening
+            await lost.wait()
+            log.warning("run events: the LISTEN connection dropped; reconnecting")
+        finally:
+            # Not close(): it waits for a server that may be gone.
+            conn.terminate()
 
     def _wake_everyone(self) -> None:
         for waiters in self._waiters.values():

@@ -10,25 +10,25 @@ from typing import Literal
 import asyncpg
 from pydantic import JsonValue
 
+from agent_runtime.db.outage import is_unavailable, outage_behind
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import AppError
+from agent_runtime.engine.errors import AppError, DatabaseUnavailableError
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.lease.store import RunEnd, RunEndRequest, RunStore, StartedRun
 
 log = logging.getLogger(__name__)
 
-# Errors of a database that is restarting, failing over or overloaded: worth another try. Anything else
-# (a constraint violation, a deleted session) would fail the same way again.
+# Errors of a database that is up but refused this attempt: worth another try until the lease runs out.
 _TRANSIENT_DB_ERRORS = (
-    OSError,
-    TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.OperatorInterventionError,  # e.g. 57014, a cancelled statement
     asyncpg.exceptions.InsufficientResourcesError,
     asyncpg.exceptions.SerializationError,
     asyncpg.exceptions.DeadlockDetectedError,
 )
+# A database that is away (db/outage.py) is retried only briefly: long enough for the pool to replace a killed
+# connection, short enough that the run's client hears `database_unavailable` now, not when it comes back (the
+# sweep records the run as lost meanwhile).
+UNAVAILABLE_RETRY_SECONDS = 1.0
 _FIRST_RETRY_SECONDS = 0.05
 _MAX_RETRY_SECONDS = 2.0
 
@@ -42,6 +42,9 @@ class RunFailure:
 
     @classmethod
     def of(cls, exc: BaseException) -> RunFailure:
+        if outage_behind(exc):
+            # Also when a library wrapped it (a tool's or a model call's recording inside CrewAI).
+            return DATABASE_UNAVAILABLE
         if isinstance(exc, AppError):
             return cls(exc.code, exc.message)
         if isinstance(exc, TimeoutError):
@@ -51,6 +54,10 @@ class RunFailure:
         # Never str(exc) to clients: it may carry internals; the log has the traceback under error_id.
         return cls("internal_error", "the run failed unexpectedly")
 
+
+DATABASE_UNAVAILABLE = RunFailure(DatabaseUnavailableError.code, "the database became unreachable during the run")
+# What a run reports when its end could not be stored for any other reason (the cause is logged).
+UNSTORED = RunFailure("internal_error", "the run's result could not be stored")
 
 # The user's cancel (POST .../cancel): not a failure; the run ends with RUN_FINISHED outcome `cancelled`.
 CANCELLED = RunFailure("run_cancelled", "the run was cancelled by its user")
@@ -76,8 +83,8 @@ class RunEnding:
         error_id: str | None = None,
         run_status: Literal["completed", "failed", "cancelled"] | None = None,
         waiting: dict[str, JsonValue] | None = None,
-    ) -> RunEnd | None:
-        """The end as written, or None when it could not be (logged; the lease is the backstop)."""
+    ) -> RunEnd | RunFailure:
+        """The end as written, or what the run reports when it could not be (logged; the lease is the backstop)."""
         request = RunEndRequest(
             outcome=outcome,
             rows=rows,
@@ -103,21 +110,23 @@ class RunEnding:
             task.uncancel()
         return end
 
-    async def _write(self, ctx: RequestContext, started: StartedRun, end: RunEndRequest) -> RunEnd | None:
+    async def _write(self, ctx: RequestContext, started: StartedRun, end: RunEndRequest) -> RunEnd | RunFailure:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._deadline
+        unavailable_deadline = loop.time() + UNAVAILABLE_RETRY_SECONDS
         delay = _FIRST_RETRY_SECONDS
         context = {"run_id": str(started.run_id), "session_id": str(started.session.id), "outcome": end.run_status}
         while True:
             try:
                 return await self._store.finish(ctx, started, end)
-            except _TRANSIENT_DB_ERRORS:
-                if loop.time() + delay > deadline:
+            except Exception as exc:
+                unavailable = is_unavailable(exc)
+                if not unavailable and not isinstance(exc, _TRANSIENT_DB_ERRORS):
+                    log.exception("could not record the run's end", extra=context)
+                    return UNSTORED
+                if loop.time() + delay > (unavailable_deadline if unavailable else deadline):
                     log.error("could not record the run's end; the sweep will fail it", exc_info=True, extra=context)
-                    return None
+                    return DATABASE_UNAVAILABLE if unavailable else UNSTORED
                 log.warning("recording the run's end failed; retrying", exc_info=True, extra=context)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _MAX_RETRY_SECONDS)
-            except Exception:
-                log.exception("could not record the run's end", extra=context)
-                return None

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
+from agent_runtime.db.outage import is_unavailable
 from agent_runtime.engine.runs.lease.store import HeldRun, RunStore
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,10 @@ class LeaseKeeper:
     async def _guarded(step: Callable[[], Awaitable[None]], what: str) -> None:
         try:
             await step()
-        except Exception:
+        except Exception as exc:
             # The database may be away for a moment; the next round tries again. A run whose lease expires
-            # meanwhile is failed by whichever process sweeps first once it is back.
-            log.warning("%s failed; retrying at the next interval", what, exc_info=True)
+            # meanwhile is failed by whichever process sweeps first once it is back. An outage is one line a round.
+            log.warning("%s failed; retrying at the next interval", what, exc_info=not is_unavailable(exc))
 
     async def renew_once(self) -> None:
         held = self._held()

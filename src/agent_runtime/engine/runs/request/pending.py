@@ -67,7 +67,8 @@ class PendingStore:
     async def load(self, ctx: RequestContext, session_id: UUID, message_ids: Sequence[str] = ()) -> SessionAguiState:
         """The caller's session's pending turn, client state, and which of `message_ids` it stores, in one
         read; 404 for a session that is not the caller's (missing or someone else's: the same answer)."""
-        row = await self._pool.fetchrow(AGUI_STATE_SQL, session_id, ctx.user_id, list(message_ids))
+        ids = list(message_ids)
+        row = await self._pool.read(lambda conn: conn.fetchrow(AGUI_STATE_SQL, session_id, ctx.user_id, ids))
         if row is None:
             raise session_not_found(session_id)
         pending = row["pending_turn"]
