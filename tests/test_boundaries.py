@@ -65,7 +65,9 @@ def test_a_crossing_is_reported() -> None:
 
 
 TESTS = Path(__file__).parent
-PATCH_TABLES = [PACKAGE / boundary / "PATCHES.md" for boundary in sorted({*BOUNDARIES.values(), Path("api")})]
+PATCH_TABLES = [
+    PACKAGE / boundary / "PATCHES.md" for boundary in sorted({*BOUNDARIES.values(), Path("api"), Path("db")})
+]
 
 
 def dangling_pins(table: str) -> list[str]:
@@ -103,7 +105,7 @@ def _locked_version(package: str) -> str:
 def test_each_patch_table_was_read_in_the_locked_version_that_pyproject_bounds() -> None:
     project = tomllib.loads((TESTS.parent / "pyproject.toml").read_text("utf-8"))["project"]
     requirements = {re.split(r"[<>=\[ ]", spec)[0]: spec for spec in project["dependencies"]}
-    for package, table in (("crewai", "engine/flow/crewai"), ("litellm", "engine/llm")):
+    for package, table in (("crewai", "engine/flow/crewai"), ("litellm", "engine/llm"), ("asyncpg", "db")):
         version = _locked_version(package)
         minor = ".".join(version.split(".")[:2])
         upper = f"{minor.split('.')[0]}.{int(minor.split('.')[1]) + 1}"
