@@ -181,11 +181,12 @@ async def test_a_run_whose_lease_expired_is_swept_as_lost_and_the_session_runs_a
     started = await store.start(user.ctx, session.id, uuid4(), _user_turn())
     assert started is not None
     assert await store.start(user.ctx, session.id, uuid4(), _user_turn("blocked")) is None
-    assert await store.sweep() == []  # the lease is alive: nothing to take over
+    # The sweep is every user's (the shared test database may hold other tests' expired runs): this session's only.
+    assert [r for r in await store.sweep() if r.session_id == session.id] == []  # the lease is alive
     await engine.pool.execute(
         "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1", session.id
     )
-    lost = await store.sweep()
+    lost = [r for r in await store.sweep() if r.session_id == session.id]
     assert [(r.session_id, r.run_id) for r in lost] == [(session.id, started.run_id)]
     swept = await engine.sessions.get(user.ctx, session.id)
     assert (swept.status, swept.error_id) == ("failed", lost[0].error_id)

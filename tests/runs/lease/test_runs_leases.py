@@ -109,3 +109,5 @@ async def test_a_run_whose_process_died_stops_counting_against_the_users_limit_w
 
             assert types(result.events)[-1] == "RUN_FINISHED", result.body
             assert (await h.session(user, dead_sid))["status"] == "running"  # not swept: only the lease decided
+        # Nothing left for a later test's keeper to sweep (and log as lost).
+        assert UUID(dead_sid) in {run.session_id for run in await dead_replica.sweep()}
