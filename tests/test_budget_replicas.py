@@ -100,8 +100,8 @@ async def replicas(
                 await server.close()
 
 
-async def _session(client: httpx.AsyncClient, user: User) -> str:
-    response = await client.post("/v1/sessions", headers=user.headers, json={})
+async def _session(client: httpx.AsyncClient, base_url: str, user: User) -> str:
+    response = await client.post(f"{base_url}/v1/sessions", headers=user.headers, json={})
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -111,13 +111,16 @@ async def test_n_runs_at_the_edge_of_the_budget_over_two_processes_admit_only_wh
     replicas: Replicas, settings: Settings, runs: int
 ) -> None:
     user = User(settings)
+    servers = [replicas.a if i % 2 == 0 else replicas.b for i in range(runs)]
+    async with httpx.AsyncClient(timeout=60) as setup:
+        sessions = await asyncio.gather(*(_session(setup, server.base_url, user) for server in servers))
+    # New connections for the burst: one the server closed as idle (HTTP_KEEP_ALIVE_SECONDS) would be a ReadError.
     limits = httpx.Limits(max_connections=runs)
     async with (
         httpx.AsyncClient(base_url=replicas.a.base_url, timeout=60, limits=limits) as a,
         httpx.AsyncClient(base_url=replicas.b.base_url, timeout=60, limits=limits) as b,
     ):
-        clients = [a if i % 2 == 0 else b for i in range(runs)]
-        sessions = await asyncio.gather(*(_session(c, user) for c in clients))
+        clients = [a if server is replicas.a else b for server in servers]
         replicas.stub.requests.clear()
         hold = replicas.stub.hold_replies()  # the admitted runs hold their reservations until every answer is in
 

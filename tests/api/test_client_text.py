@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 from tests.conftest import User
 
-from agent_runtime.engine.text import ERROR_TYPE
+from agent_runtime.engine.text import ERROR_TYPE, NO_NUL_PATTERN
 
 NUL = "a\x00b"
 SURROGATE = "a\ud800b"
@@ -35,7 +35,7 @@ class Site:
 
     loc: tuple[str | int, ...]
     build: Builder
-    formatted: bool  # uuid/date-time strings: refused by their own parser, with its own error type
+    formatted: bool  # uuid/date-time or patterned strings: refused by their own rule, with its own error type
     branches: tuple[str | int, ...] = ()  # the union tags on the way (not in `loc`; they tell cases apart)
 
 
@@ -85,7 +85,9 @@ class Walker:
                 yield from self.sites(branch, loc)
         kind = schema.get("type")
         if kind == "string" and "const" not in schema and "enum" not in schema:
-            yield Site(loc, lambda bad: bad, "format" in schema)
+            # A format, or a pattern of its own (e.g. Last-Event-ID's `<run id>:<seq>`), refuses NUL by itself.
+            own_rule = "format" in schema or schema.get("pattern", NO_NUL_PATTERN) != NO_NUL_PATTERN
+            yield Site(loc, lambda bad: bad, own_rule)
         elif kind == "array":
             for site in self.sites(schema["items"], loc):
                 yield Site((*loc, 0, *site.loc[len(loc) :]), _in_list(site.build), site.formatted, site.branches)
