@@ -86,7 +86,8 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
     messages = []
     if body.message is not None:
         messages = [UserMessage(content=body.message, **({"id": body.message_id} if body.message_id else {}))]
-    run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume)
+    results = [result.message() for result in body.tool_results]
+    run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume, tool_results=results)
     return _sse(await engine.runs.start(ctx, session_id, run_input))
 
 

@@ -141,7 +141,8 @@ class RunService:
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
         # A new turn is planned as if nothing were pending (its start statement checks); answers need them first.
-        thread = await self._pending.load(ctx, session_id) if run_input.resume else None
+        answers = run_input.resume or run_input.tool_results
+        thread = await self._pending.load(ctx, session_id) if answers else None
         return await self._start(ctx, session_id, run_input, thread)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
@@ -164,9 +165,8 @@ class RunService:
             self.admission.release()
             raise
         started = admitted.run
-        stream = AguiStream(
-            thread_id=str(session_id), run_id=str(started.run_id), log=self.hub.open_log(started.run_id, ctx.user_id)
-        )
+        log = self.hub.open_log(started.run_id, ctx.user_id)
+        stream = AguiStream(thread_id=str(session_id), run_id=str(started.run_id), log=log, legacy=run_input.legacy)
         events = RunEvents(stream.emit)
         events.run_started()
         if run_input.ignored:

@@ -107,6 +107,17 @@ def check_agui_input(agui_input: agui.RunAgentInput) -> None:
         raise _invalid("too many resume entries", ["body", "resume"], f"at most {MAX_RESUME_ENTRIES}")
 
 
+def is_legacy_client(declared: str | None) -> bool:
+    """A client from before 1.0: no `protocolVersion` (it came with 1.0), or one older than 1.0. A declaration
+    that cannot be read counts as newer (basic/versioning: proceed as with a newer one)."""
+    if declared is None:
+        return True
+    major, dot, minor = declared.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        return False
+    return int(major) < 1
+
+
 def _client_state(state: object) -> dict[str, JsonValue] | None:
     if state is None:
         return None
@@ -182,6 +193,7 @@ def run_input_from_agui(
     except ValueError:
         client_run_id = None
     return RunInput(
+        legacy=is_legacy_client(agui_input.protocol_version),
         new_messages=new,
         tool_results=results,
         resume=resume,
