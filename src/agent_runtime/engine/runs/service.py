@@ -110,7 +110,7 @@ class RunService:
         self.events = EventStore(pool)
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested)
         self._tools = engine_tools(ProfileService(pool))
-        self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
+        self.tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
         self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
         self._stage_options: dict[str, CallOptions] = {
@@ -148,13 +148,19 @@ class RunService:
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
         (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken."""
-        request = await read_agui_input(ctx, agui_input, self._pending, server_tools=self._tools.names())
+        request = await read_agui_input(
+            ctx,
+            agui_input,
+            self._pending,
+            server_tools=self._tools.names(),
+            offer_tools=self._settings.agui_frontend_tools,
+        )
         return await self._start(ctx, request.session_id, request.run_input, request.thread)
 
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
     ) -> RunHandle:
-        plan = plan_turn(run_input, thread.pending if thread else None, self._tool_map)
+        plan = plan_turn(run_input, thread.pending if thread else None, self.tool_map)
         limit = message_token_limit(self._settings.memory_max_tokens)
         added: list[ChatMessage] = [*run_input.new_messages, *run_input.tool_results]
         await check_token_budget(added, limit=limit, counter=self._token_counter)
@@ -208,7 +214,7 @@ class RunService:
             thread = await self._pending.load(ctx, session_id)
             if (thread.pending.id if thread.pending else None) != expected:
                 # The session waits for something else than planned: plan again (409 interrupt_pending if unanswered).
-                plan = plan_turn(run_input, thread.pending, self._tool_map)
+                plan = plan_turn(run_input, thread.pending, self.tool_map)
                 continue
             if swept:
                 raise RunInProgressError(f"session {session_id} already has a run in progress")

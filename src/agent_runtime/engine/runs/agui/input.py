@@ -160,9 +160,15 @@ def _resume(entries: list[agui.ResumeEntry] | None) -> list[ResumeDecision]:
 
 
 def run_input_from_agui(
-    agui_input: agui.RunAgentInput, *, stored_ids: Set[str], pending: PendingTurn | None, server_tools: Collection[str]
+    agui_input: agui.RunAgentInput,
+    *,
+    stored_ids: Set[str],
+    pending: PendingTurn | None,
+    server_tools: Collection[str],
+    offer_tools: bool = True,
 ) -> RunInput:
-    """What the run takes from the input, given the thread's stored message ids and pending turn."""
+    """What the run takes from the input, given the thread's stored message ids and pending turn;
+    `offer_tools`: AGUI_FRONTEND_TOOLS (off: the client's tools are not offered to the model)."""
     waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
     new: list[UserMessage] = []
     results: list[ToolMessage] = []
@@ -198,7 +204,7 @@ def run_input_from_agui(
         tool_results=results,
         resume=resume,
         context=context[:MAX_CONTEXT_ITEMS],
-        frontend_tools=frontend_tools(agui_input.tools, server_tools),
+        frontend_tools=frontend_tools(agui_input.tools, server_tools) if offer_tools else [],
         client_state=_client_state(agui_input.state),
         ignored=ignored,
         run_id=client_run_id,
@@ -212,7 +218,12 @@ class AguiRequest(BaseModel):
 
 
 async def read_agui_input(
-    ctx: RequestContext, agui_input: agui.RunAgentInput, pending: PendingStore, *, server_tools: Collection[str]
+    ctx: RequestContext,
+    agui_input: agui.RunAgentInput,
+    pending: PendingStore,
+    *,
+    server_tools: Collection[str],
+    offer_tools: bool = True,
 ) -> AguiRequest:
     """Check the input, read the thread (its pending turn and which of the input's ids it stores, in one
     read; 404 when it is not the caller's session), and take from the input what the run may."""
@@ -220,7 +231,11 @@ async def read_agui_input(
     session_id = thread_session_id(agui_input)
     thread = await pending.load(ctx, session_id, [m.id for m in agui_input.messages])
     run_input = run_input_from_agui(
-        agui_input, stored_ids=thread.stored_ids, pending=thread.pending, server_tools=server_tools
+        agui_input,
+        stored_ids=thread.stored_ids,
+        pending=thread.pending,
+        server_tools=server_tools,
+        offer_tools=offer_tools,
     )
     if run_input.ignored:
         # Named explicitly: ops match this line to the response's X-Request-ID.
