@@ -32,8 +32,8 @@ router = APIRouter(prefix="/v1", tags=["runs"])
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "AG-UI events as Server-Sent Events (`id: <run_id>:<seq>\\ndata: <json>\\n\\n`): "
-        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last. Resume with the last `id` at "
-        "`GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
+        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last; while silent, `: keepalive` comment lines every "
+        "SSE_KEEPALIVE_SECONDS. Resume with the last `id` at `GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
         "content": {
             "text/event-stream": {
                 # OpenAPI 3.1 without `itemSchema`: the schema describes one event of the stream.
