@@ -134,6 +134,11 @@ class Settings(BaseSettings):
     user_daily_budget_cny: Decimal = Field(default=Decimal("5"), ge=0, max_digits=20, decimal_places=10)
     user_monthly_budget_cny: Decimal = Field(default=Decimal("50"), ge=0, max_digits=20, decimal_places=10)
 
+    # AG-UI: whether RunAgentInput.tools are offered to the model (off: ignored, and not in the capabilities).
+    agui_frontend_tools: bool = True
+    # An SSE comment line on a run's stream after this many silent seconds, so proxies keep the connection.
+    sse_keepalive_seconds: float = Field(default=15.0, gt=0, le=300)
+
     # Prometheus metrics: GET /metrics on the service's port, or on METRICS_PORT only (its own listener).
     metrics_enabled: bool = True
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

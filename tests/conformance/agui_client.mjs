@@ -3,7 +3,7 @@
 // Input (JSON, first argument or stdin):
 //   {"url": "...", "headers": {"Authorization": "Bearer ..."}, "threadId": "<uuid>", "runId"?: "...",
 //    "messages": [{"id": "...", "role": "user", "content": "..."}], "state"?: {...}, "timeoutMs"?: 30000,
-//    "steps"?: [step, ...]}
+//    "steps"?: [step, ...], "legacyClient"?: true}   legacyClient: declare no protocolVersion, as pre-1.0 clients
 // Without `steps`, one run. Each step is one `runAgent()` on the same HttpAgent (so the client's own
 // bookkeeping, e.g. its pending interrupts, carries over), after preparing it:
 //   {"tools"?: [...frontend tools],                       passed to runAgent
@@ -38,6 +38,13 @@ import { HttpAgent } from "@ag-ui/client";
 const CLIENT_VERSION = JSON.parse(
   readFileSync(new URL("./node_modules/@ag-ui/client/package.json", import.meta.url), "utf8"),
 ).version;
+
+// Sends no `protocolVersion` in its RunAgentInput (the client declares one only for a ceiling of 1.0 or more).
+class LegacyAgent extends HttpAgent {
+  get maxProtocolVersion() {
+    return "0.0.59";
+  }
+}
 
 async function readInput() {
   if (process.argv[2]) return JSON.parse(process.argv[2]);
@@ -137,12 +144,13 @@ function makeTee() {
 }
 
 function prepare(agent, step, previous) {
-  for (const message of step.addMessages ?? []) agent.addMessage(message);
+  // Results first, then new messages: the order CopilotKit sends a tool's result and the next user message in.
   if (step.answerPendingTools !== undefined) {
     for (const toolCallId of previous?.pendingToolCallIds ?? []) {
       agent.addMessage({ id: `tool-result-${toolCallId}`, role: "tool", toolCallId, content: step.answerPendingTools });
     }
   }
+  for (const message of step.addMessages ?? []) agent.addMessage(message);
   const parameters = {};
   if (step.tools) parameters.tools = step.tools;
   if (step.resume) {
@@ -221,8 +229,10 @@ async function main() {
   const timeoutMs = input.timeoutMs ?? 30_000;
   const warnings = captureWarnings();
   const tee = makeTee();
+  // A client from before protocol versions (CopilotKit's bundled 0.0.59): the same client, declaring none.
+  const Agent = input.legacyClient ? LegacyAgent : HttpAgent;
   const newAgent = (messages, state) =>
-    new HttpAgent({
+    new Agent({
       url: input.url,
       headers: input.headers ?? {},
       threadId: input.threadId,

@@ -24,6 +24,7 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from ag_ui_validate.pytest_plugin import validate_agui
 from tests.support.serve import ServeProcess
 
 from agent_runtime.engine.auth import mint_token
@@ -32,6 +33,7 @@ from agent_runtime.settings import Settings
 HERE = Path(__file__).resolve().parent
 NODE_MODULES = HERE / "node_modules"
 CLIENT_SCRIPT = HERE / "agui_client.mjs"
+LEGACY_SCHEMAS_SCRIPT = HERE / "agui_legacy_schemas.mjs"
 INSTALL_STAMP = NODE_MODULES / ".agent-runtime-install-stamp"
 NPM_INSTALL_TIMEOUT = 180
 # A server imports CrewAI in the background after start-up (~10 s of CPU) and its first run waits for it.
@@ -252,6 +254,9 @@ def assert_accepted(summary: dict[str, Any], *, terminal: str) -> list[dict[str,
     else:
         assert len(summary["runErrors"]) == 1 and summary["runFinished"] == [], why
 
+    findings = validator_findings(events)
+    assert findings == [], f"ag-ui-validate found: {json.dumps(findings, indent=1)}{why}"
+
     # A run that resumes a turn answers tool calls of an earlier run, which its MESSAGES_SNAPSHOT carries.
     started: set[str] = set()
     for event in events:
@@ -262,6 +267,49 @@ def assert_accepted(summary: dict[str, Any], *, terminal: str) -> list[dict[str,
         elif event["type"] == "TOOL_CALL_RESULT":
             assert event["toolCallId"] in started, f"TOOL_CALL_RESULT for a tool call never started: {event}{why}"
     return events
+
+
+# --------------------------------------------------------------------------------------------------
+# The other checkers: ag-ui-validate (PyPI) and @ag-ui/core 0.0.59's schemas
+
+
+# ag-ui-validate rules that do not apply to this server's streams (info level), each with its reason here and in
+# docs/testing.md ("ag-ui-validate"); any other finding, of any severity, fails the test.
+VALIDATOR_WAIVED: dict[str, str] = {
+    "AGUI208": "parentMessageId names the stored assistant row that carries only tool calls (no text event), so "
+    "the client's message gets the stored id; without it the client would use the toolCallId",
+    "AGUI902": "timestamp is optional; order is the SSE id (<run_id>:<seq>) and the stored log",
+    "AGUI903": "run_cost and input_ignored are documented API names clients match on; a prefix would break them",
+}
+
+
+def validator_findings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ag-ui-validate's findings (any severity) over one recorded stream, less the waived rules."""
+    report = validate_agui(events)
+    assert report.internal_errors == [], report.internal_errors
+    return [
+        {"rule": d.rule, "severity": d.severity, "event": d.event_index, "type": d.event_type, "message": d.message}
+        for d in report.diagnostics
+        if d.rule not in VALIDATOR_WAIVED
+    ]
+
+
+async def legacy_schema_rejections(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events @ag-ui/core 0.0.59's EventSchemas reject (what CopilotKit 1.74's client would fail on)."""
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(LEGACY_SCHEMAS_SCRIPT),
+        cwd=HERE,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(json.dumps(events).encode()), 60)
+    assert proc.returncode == 0, err.decode(errors="replace")[-3000:]
+    report: dict[str, Any] = json.loads(out)
+    assert report["version"] == "0.0.59", report
+    rejected: list[dict[str, Any]] = report["rejected"]
+    return rejected
 
 
 # --------------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from tests.conformance.harness import (
     _explain,
     assert_accepted,
     assert_messages_match,
+    legacy_schema_rejections,
     new_case,
     run_client,
     stored_session,
@@ -131,3 +132,12 @@ async def test_failing_run_conforms(runs: dict[str, Run]) -> None:
     snapshot = session["state_snapshot"]
     assert snapshot["status"] == "failed" and snapshot["error_id"] == match.group(1), f"session {session}{why}"
     assert snapshot["run_id"] == events[0]["runId"], f"session {session}{why}"
+
+
+async def test_plain_streams_pass_the_schemas_of_the_client_copilotkit_bundles(runs: dict[str, Run]) -> None:
+    # A success without pending calls, a tool run and a RUN_ERROR carry nothing @ag-ui/core 0.0.59 refuses,
+    # whatever version the client declared (RUN_STARTED's protocolVersion passes its open base schema).
+    for name in ("direct", "tool", "failing"):
+        summary = await runs[name].summary()
+        assert summary["raw"]["events"][0]["protocolVersion"] == "1.0", name
+        assert await legacy_schema_rejections(summary["raw"]["events"]) == [], name

@@ -3,7 +3,7 @@
 - Tool approval (AG-UI interrupts): "set my bio to: ..." makes the demo model call `update_bio`, which the
   YAML grants with `requires_approval: true`. The run ends with outcome `interrupt`; the client's next
   `runAgent({resume})` approves (as is, or with edited arguments) or denies; a second device that sends a
-  new message instead gets 409 `interrupt_pending`. The profile changes only after an approval.
+  new message instead declines it and its message runs. The profile changes only after an approval.
 - A frontend tool: the client offers `show_confetti`, the model calls it, the run ends with
   `pendingToolCallIds`, and the client's tool message continues the turn.
 - Every run of those passes the harness's checks (no client error or warning: state patches applied with
@@ -31,6 +31,7 @@ from tests.conformance.harness import (
     _stored_view,
     assert_accepted,
     assert_messages_match,
+    legacy_schema_rejections,
     new_case,
     run_client,
     stored_messages,
@@ -58,7 +59,22 @@ PLANS: dict[str, tuple[str, list[dict[str, Any]]]] = {
         "please use the show_confetti tool",
         [{"tools": [CONFETTI]}, {"tools": [CONFETTI], "answerPendingTools": '{"shown": true}'}],
     ),
+    # As CopilotKit 1.74 does it (its bundled @ag-ui/core 0.0.59 declares no protocolVersion): the tool's
+    # result goes with the next user message, and an approval resolves with `{"approved": true}`.
+    "frontend-legacy": (
+        "please use the show_confetti tool",
+        [
+            {"tools": [CONFETTI]},
+            {
+                "tools": [CONFETTI],
+                "answerPendingTools": '{"shown": true}',
+                "addMessages": [{"id": "after-confetti", "role": "user", "content": "thanks!"}],
+            },
+        ],
+    ),
+    "approve-legacy": (BIO_REQUEST, [{}, {"resume": {"status": "resolved", "payload": {"approved": True}}}]),
 }
+LEGACY = {"frontend-legacy", "approve-legacy"}
 
 
 @dataclass
@@ -78,7 +94,8 @@ async def trips(servers: Servers, settings: Settings) -> AsyncIterator[dict[str,
     started: dict[str, Trip] = {}
     for name, (text, steps) in PLANS.items():
         case = await new_case(servers.demo, settings)
-        run = run_client(servers.demo, case, text, steps=steps, state=CLIENT_STATE)
+        legacy = {"legacyClient": True} if name in LEGACY else {}
+        run = run_client(servers.demo, case, text, steps=steps, state=CLIENT_STATE, **legacy)
         started[name] = Trip(servers.demo, case, asyncio.create_task(run, name=f"agui-{name}"))
     yield started
     for trip in started.values():
@@ -178,17 +195,16 @@ async def test_a_denied_tool_call_never_runs(trips: dict[str, Trip]) -> None:
     assert await _bio(trip) is None
 
 
-async def test_a_run_that_ignores_the_interrupt_is_refused_with_409(trips: dict[str, Trip]) -> None:
+async def test_a_new_message_instead_of_the_answer_declines_the_call_and_runs(trips: dict[str, Trip]) -> None:
     trip = trips["ignore"]
     first, second = await trip.runs()
     _interrupted(first)
-    # The second device's new message, without resume: refused before any stream, nothing stored.
-    error = second["clientError"]
-    assert error is not None and error["status"] == 409, second
-    assert error["payload"]["error"]["code"] == "interrupt_pending", error
-    assert second["http"]["status"] == 409 and second["raw"]["events"] == []
+    # The second device's new message, without resume: the call is closed as not approved, the message runs
+    # (a thread never refuses every message).
+    assert_accepted(second, terminal="RUN_FINISHED")
     stored = await stored_messages(trip.server, trip.case)
-    assert [m["role"] for m in stored] == ["user", "assistant"], stored
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool", "user", "assistant"], stored
+    assert json.loads(stored[2]["content"]) == {"error": "not approved: the user sent a new message instead"}
     assert await _bio(trip) is None
 
 
@@ -219,3 +235,41 @@ async def test_a_frontend_tool_round_trip(trips: dict[str, Trip]) -> None:
     messages = await assert_messages_match(trip.server, trip.case, second)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"], messages
     assert messages[2]["id"] == f"tool-result-{start['toolCallId']}"
+
+
+async def test_a_client_before_1_0_runs_the_frontend_tool_and_moves_on_with_its_result(
+    trips: dict[str, Trip],
+) -> None:
+    trip = trips["frontend-legacy"]
+    first, second = await trip.runs()
+
+    events = assert_accepted(first, terminal="RUN_FINISHED")
+    assert "protocolVersion" not in first["http"]["requestBody"]
+    (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    # No outcome (0.0.59's success outcome refuses pendingToolCallIds): the client derives the call from the
+    # stream, and `result` names it for readers of the raw event.
+    assert "outcome" not in events[-1] and events[-1]["result"] == {"pendingToolCallIds": [start["toolCallId"]]}
+    assert first["runFinished"][0]["pendingToolCallIds"] == [start["toolCallId"]]
+    assert await legacy_schema_rejections(events) == []
+
+    events = assert_accepted(second, terminal="RUN_FINISHED")
+    assert [m["role"] for m in second["http"]["requestBody"]["messages"]][-2:] == ["tool", "user"]
+    assert await legacy_schema_rejections(events) == []
+    messages = await assert_messages_match(trip.server, trip.case, second)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"], messages
+    assert messages[2]["content"] == '{"shown": true}'
+
+
+async def test_a_client_before_1_0_approves_with_copilotkits_payload(trips: dict[str, Trip]) -> None:
+    trip = trips["approve-legacy"]
+    first, second = await trip.runs()
+    for run in (first, second):
+        assert await legacy_schema_rejections(assert_accepted(run, terminal="RUN_FINISHED")) == []
+    assert await _bio(trip) == "Kayaker from Lofoten"
+
+
+async def test_a_1_0_client_gets_the_1_0_outcome_that_0_0_59_would_refuse(trips: dict[str, Trip]) -> None:
+    # Why the RUN_FINISHED depends on the declared version: the 1.0 form fails the old schemas.
+    first, _ = await trips["frontend"].runs()
+    (rejected,) = await legacy_schema_rejections(first["raw"]["events"])
+    assert rejected["type"] == "RUN_FINISHED", rejected

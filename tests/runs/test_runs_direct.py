@@ -49,7 +49,7 @@ async def test_direct_route_is_one_streamed_call_billed_on_the_reply(h: Harness,
     ]
     message_id = events[5]["messageId"]
     user_message_id = (await h.rows(user, sid))[0].message_id
-    assert events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": run_id}
+    assert events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": run_id, "protocolVersion": "1.0"}
     # The thread as stored (a fresh page rebuilds it from the stream alone), then the run state.
     assert events[1] == {
         "type": "MESSAGES_SNAPSHOT",

@@ -63,7 +63,12 @@ async def _assert_failed(
     """`cut`: the run stopped a call the provider was answering, which is billed with an estimated usage."""
     assert result.status == 200
     assert types(result.events) == [*RUN_START, *STAGE_START, "STATE_DELTA", "STEP_FINISHED", "RUN_ERROR"]
-    assert result.events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": result.run_id}
+    assert result.events[0] == {
+        "type": "RUN_STARTED",
+        "threadId": sid,
+        "runId": result.run_id,
+        "protocolVersion": "1.0",
+    }
     assert result.events[3:7] == [
         {"type": "STEP_STARTED", "stepName": "intent"},
         {"type": "STATE_DELTA", "delta": [{"op": "replace", "path": "/agentRuntime/stage", "value": "intent"}]},

@@ -48,7 +48,12 @@ async def test_agui_runs_on_a_session_and_appends_only_new_messages(h: Harness, 
     first = await h.agui(user, run_input(thread_id, [user_message("u-1", "hello agui")]))
 
     assert first.status == 200
-    assert first.events[0] == {"type": "RUN_STARTED", "threadId": thread_id, "runId": first.run_id}
+    assert first.events[0] == {
+        "type": "RUN_STARTED",
+        "threadId": thread_id,
+        "runId": first.run_id,
+        "protocolVersion": "1.0",
+    }
     assert first.events[-1]["type"] == "RUN_FINISHED" and first.events[-1]["threadId"] == thread_id
     (reply_id,) = text_messages(first.events)
     session = await h.session(user, thread_id)
@@ -237,7 +242,12 @@ async def test_a_uuid_run_id_from_the_client_is_echoed_once(h: Harness, make_use
     thread_id, client_run_id = await h.new_session(user), str(uuid4())
     h.stub.enqueue(intent_direct("one"))
     first = await h.agui(user, {**run_input(thread_id, [user_message("u-1", "first")]), "runId": client_run_id})
-    assert first.events[0] == {"type": "RUN_STARTED", "threadId": thread_id, "runId": client_run_id}
+    assert first.events[0] == {
+        "type": "RUN_STARTED",
+        "threadId": thread_id,
+        "runId": client_run_id,
+        "protocolVersion": "1.0",
+    }
     assert first.events[-1]["runId"] == client_run_id
     h.stub.enqueue(intent_direct("two"))
     reused = await h.agui(user, {**run_input(thread_id, [user_message("u-2", "second")]), "runId": client_run_id})

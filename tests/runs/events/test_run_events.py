@@ -60,7 +60,7 @@ async def _frames(emitter: Emitter, engine: RuntimeEngine, user: User) -> list[d
     return [json.loads(e.data) for e in followed]
 
 
-STARTED = {"type": "RUN_STARTED", "threadId": "t-1", "runId": "r-1"}
+STARTED = {"type": "RUN_STARTED", "threadId": "t-1", "runId": "r-1", "protocolVersion": "1.0"}
 
 
 async def test_finishing_closes_the_open_message_then_the_open_steps_innermost_first(

@@ -74,7 +74,7 @@ async def test_run_completes_and_is_stored_after_the_client_disconnects(
                 first = [await anext(lines), await anext(lines)]
                 assert first == [
                     f"id: {run_id}:1",
-                    f'data: {{"type":"RUN_STARTED","threadId":"{sid}","runId":"{run_id}"}}',
+                    f'data: {{"type":"RUN_STARTED","threadId":"{sid}","runId":"{run_id}","protocolVersion":"1.0"}}',
                 ]
                 async with asyncio.timeout(30):
                     await h.stub.wait_for_requests(2)  # the warm-up run's and this run's

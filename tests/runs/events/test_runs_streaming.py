@@ -67,7 +67,12 @@ async def test_run_started_at_once_and_text_streams_token_by_token(h: Harness, m
             async with asyncio.timeout(30):
                 await h.stub.wait_for_requests(2)  # the warm-up run's and this run's
             # The model has been asked and has not answered: RUN_STARTED is already here, and no text.
-            assert frames.events[0] == {"type": "RUN_STARTED", "threadId": sid, "runId": response.headers["x-run-id"]}
+            assert frames.events[0] == {
+                "type": "RUN_STARTED",
+                "threadId": sid,
+                "runId": response.headers["x-run-id"],
+                "protocolVersion": "1.0",
+            }
             assert Frames.text(frames.events) == ""
 
             await hold.allow(1 + content_chunks)

@@ -1,6 +1,6 @@
 """Tool approval through AG-UI interrupts: `update_bio` (`requires_approval: true` in the YAML) never runs on
 the model's word alone. The run stops with outcome `interrupt`; the next run's `resume` approves (optionally
-with edited arguments), or denies; a run that ignores the interrupt gets 409 `interrupt_pending`."""
+with edited arguments), or denies; a new user message instead declines it and runs."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from tests.runs.conftest import (
     types,
 )
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
+
+from agent_runtime.engine.runs.request.approval import EXPECTED_SHAPE
 
 CALL_ID = "call_bio_1"
 ARGS = '{"bio": "Kayaker from Lofoten"}'
@@ -104,13 +106,6 @@ async def test_the_run_stops_at_the_call_and_the_tool_runs_once_only_after_appro
     visible = await h.visible(user, sid)
     assert [(m["role"], m["metadata"]["kind"]) for m in visible] == [("user", "user_input"), ("assistant", "tool_call")]
 
-    # Ignoring the interrupt (a new message, no resume) is refused before anything is stored.
-    ignored = await h.agui(user, agui_input(sid, [{"id": "u-2", "role": "user", "content": "never mind"}]))
-    assert ignored.status == 409, ignored.body
-    error = json.loads(ignored.body)["error"]
-    assert (error["code"], error["details"][0]["msg"]) == ("interrupt_pending", f"missing: {INTERRUPT_ID}")
-    assert len(await h.visible(user, sid)) == 2
-
     h.stub.enqueue(execution_done("Bio updated.", {"bio": "Kayaker from Lofoten"}), organized("Your bio is updated."))
     resumed = await h.agui(user, _resume(sid, "resolved"))
 
@@ -182,7 +177,28 @@ async def test_approval_with_edited_arguments_runs_the_tool_with_them(
         pytest.param(
             {"arguments": {"bio": "x", "user_id": "someone"}}, "user_id: Extra inputs are not permitted", id="extra"
         ),
-        pytest.param({"arguments": "x"}, 'must be {"arguments": {...}} (or absent)', id="shape"),
+        pytest.param(
+            {"arguments": "x"},
+            f"arguments: Input should be a valid dictionary; must be {EXPECTED_SHAPE}",
+            id="shape",
+        ),
+        # The interrupt's responseSchema has additionalProperties: false; a payload it forbids is refused.
+        pytest.param(
+            {"approve": True}, f"approve: Extra inputs are not permitted; must be {EXPECTED_SHAPE}", id="extra-key"
+        ),
+        pytest.param(
+            {"approved": True, "note": "ok"},
+            f"note: Extra inputs are not permitted; must be {EXPECTED_SHAPE}",
+            id="approved-and-extra",
+        ),
+        pytest.param(
+            {"approved": "yes"}, f"approved: Input should be a valid boolean; must be {EXPECTED_SHAPE}", id="not-bool"
+        ),
+        pytest.param(
+            "yes",
+            f"payload: Input should be a valid dictionary or instance of ApprovalPayload; must be {EXPECTED_SHAPE}",
+            id="not-object",
+        ),
     ],
 )
 async def test_edited_arguments_that_fail_the_tool_schema_are_a_422_and_change_nothing(
@@ -232,8 +248,8 @@ async def test_rest_runs_resume_through_the_resume_field(h: Harness, make_user: 
     h.stub.enqueue(intent_needs("Set the user's bio."), _bio_call())
     first = await h.run(user, sid, "set my bio to kayaking")
     assert first.events[-1]["outcome"]["type"] == "interrupt"
-    refused = await h.run(user, sid, "hello again")
-    assert refused.status == 409 and json.loads(refused.body)["error"]["code"] == "interrupt_pending"
+    refused = await h.client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"resume": []})
+    assert refused.status_code == 422, refused.text
     h.stub.enqueue(execution_done("Bio updated.", {}), organized("Done."))
 
     response = await h.client.post(
@@ -262,3 +278,67 @@ async def test_another_process_serves_the_resume(make_harness: MakeHarness, make
         resumed = await second.agui(user, _resume(sid, "resolved"))
         assert types(resumed.events)[-1] == "RUN_FINISHED", resumed.body
         assert await _bio(second, user) == "Kayaker from Lofoten"
+
+
+async def test_copilotkits_approved_payload_is_the_approval_its_responseschema_allows(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid, first = await _interrupted(h, user)
+    schema = first.events[-1]["outcome"]["interrupts"][0]["responseSchema"]
+    assert (schema["properties"]["approved"], schema["additionalProperties"]) == ({"type": "boolean"}, False)
+    h.stub.enqueue(execution_done("Bio updated.", {}), organized("Done."))
+
+    approved = await h.agui(user, _resume(sid, "resolved", {"approved": True}))
+
+    assert types(approved.events)[-1] == "RUN_FINISHED", approved.body
+    assert await _bio(h, user) == "Kayaker from Lofoten"
+
+    sid, _ = await _interrupted(h, user)
+    h.stub.enqueue(execution_done("The user declined.", {}), organized("OK."))
+    declined = await h.agui(user, _resume(sid, "resolved", {"approved": False}))
+    (result,) = declined.of_type("TOOL_CALL_RESULT")
+    assert result["content"] == '{"error": "denied by the user"}'
+    assert await _bio(h, user) == "Kayaker from Lofoten"  # unchanged by the second, declined call
+
+
+async def test_a_new_user_message_while_an_approval_waits_declines_it_and_runs(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    # A client that cannot answer interrupts (or whose answer was refused) must still be able to go on.
+    user = make_user()
+    sid, _ = await _interrupted(h, user)
+    bad = await h.agui(user, _resume(sid, "resolved", {"approve": True}))
+    assert bad.status == 422, bad.body
+    h.stub.enqueue(
+        StubReply(
+            content=json.dumps(
+                {"route": "DIRECT_EXECUTION", "assistant_text": "OK.", "intent_summary": "chat", "safety_flags": []}
+            )
+        )
+    )
+
+    moved_on = await h.agui(user, agui_input(sid, [{"id": "u-2", "role": "user", "content": "never mind"}]))
+
+    assert types(moved_on.events)[-1] == "RUN_FINISHED", moved_on.body
+    assert await _bio(h, user) is None
+    visible = await h.visible(user, sid)
+    assert [(m["role"], m["content"]) for m in visible][2:] == [
+        ("tool", '{"error": "not approved: the user sent a new message instead"}'),
+        ("user", "never mind"),
+        ("assistant", "OK."),
+    ]
+    assert [m["role"] for m in h.stub.requests[-1].messages][-3:] == ["assistant", "tool", "user"]
+    # The same over REST, and a grant together with a new message is the one refusal.
+    sid, _ = await _interrupted(h, user)
+    grant_and_message = await h.agui(
+        user,
+        agui_input(
+            sid,
+            [{"id": "u-9", "role": "user", "content": "and also"}],
+            resume=[{"interruptId": INTERRUPT_ID, "status": "resolved"}],
+        ),
+    )
+    assert grant_and_message.status == 422, grant_and_message.body
+    assert types((await h.run(user, sid, "hello again")).events)[-1] == "RUN_FINISHED"
+    assert await _bio(h, user) is None

@@ -12,8 +12,10 @@ from tests.conftest import User
 from tests.runs.conftest import (
     Harness,
     execution_done,
+    intent_direct,
     intent_needs,
     organized,
+    parse_sse,
     stage_of,
     text_messages,
     types,
@@ -28,17 +30,25 @@ CONFETTI = {
 CALL = StubToolCall(id="call_fe_1", name="show_confetti", arguments='{"color": "gold"}')
 
 
-def _input(sid: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {"threadId": sid, "runId": "r", "messages": messages, "tools": tools if tools is not None else [CONFETTI]}
+def _input(
+    sid: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, *, version: str | None = "1.0"
+) -> dict[str, Any]:
+    declared = {"protocolVersion": version} if version is not None else {}
+    tools = tools if tools is not None else [CONFETTI]
+    return {"threadId": sid, "runId": "r", "messages": messages, "tools": tools, **declared}
 
 
-async def _waiting(h: Harness, user: User) -> tuple[str, list[dict[str, Any]]]:
+FIRST = {"id": "u-1", "role": "user", "content": "celebrate with show_confetti!"}
+RESULT = {"id": "t-1", "role": "tool", "toolCallId": "call_fe_1", "content": '{"shown": true}'}
+
+
+async def _waiting(h: Harness, user: User, *, version: str | None = "1.0") -> tuple[str, list[dict[str, Any]]]:
     sid = await h.new_session(user)
     h.stub.enqueue(intent_needs("Celebrate with the confetti tool."), StubReply(tool_calls=[CALL]))
-    messages = [{"id": "u-1", "role": "user", "content": "celebrate with show_confetti!"}]
-    result = await h.agui(user, _input(sid, messages))
+    result = await h.agui(user, _input(sid, [FIRST], version=version))
     assert result.status == 200, result.body
-    assert result.events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call_fe_1"]}
+    if version is not None:
+        assert result.events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call_fe_1"]}
     return sid, result.events
 
 
@@ -67,11 +77,7 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     ]
 
     h.stub.enqueue(execution_done("Confetti shown.", {"shown": True}), organized("Congratulations!"))
-    history = [
-        {"id": "u-1", "role": "user", "content": "celebrate with show_confetti!"},
-        {"id": "t-1", "role": "tool", "toolCallId": "call_fe_1", "content": '{"shown": true}'},
-    ]
-    resumed = await h.agui(user, _input(sid, history))
+    resumed = await h.agui(user, _input(sid, [FIRST, RESULT]))
 
     assert types(resumed.events)[-1] == "RUN_FINISHED", resumed.body
     assert "outcome" not in resumed.events[-1]
@@ -113,6 +119,103 @@ async def test_a_new_user_message_instead_of_the_result_closes_the_call(
     # The model sees the call closed, so the provider gets a complete tool exchange.
     sent = h.stub.requests[-1].messages
     assert [m["role"] for m in sent][1:4] == ["user", "assistant", "tool"]
+
+
+async def test_a_client_before_1_0_gets_a_run_finished_its_schemas_accept(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    # CopilotKit 1.74 bundles @ag-ui/core 0.0.59 and declares no protocolVersion; its success outcome is strict
+    # `{"type": "success"}`, so `pendingToolCallIds` in it failed the whole event and the tool never ran.
+    user = make_user()
+    _, events = await _waiting(h, user, version=None)
+
+    finished = events[-1]
+    assert "outcome" not in finished, finished
+    assert finished["result"] == {"pendingToolCallIds": ["call_fe_1"]}
+    assert events[0]["protocolVersion"] == "1.0"
+    # The call is open in the stream (no result): what a consumer derives the pending calls from.
+    assert [e["type"] for e in events if e.get("toolCallId") == "call_fe_1"] == [
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+    ]
+
+
+async def test_the_result_sent_with_the_next_user_message_closes_the_call_and_the_new_turn_runs(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    # What CopilotKit sends after its tool ran (or failed): the tool message and the next user message at once.
+    # It used to be a 422, and since the client resends both every time, every later message too: a wedged thread.
+    user = make_user()
+    sid, _ = await _waiting(h, user, version=None)
+    failed = {"id": "t-1", "role": "tool", "toolCallId": "call_fe_1", "content": '{"error": "no confetti here"}'}
+    h.stub.enqueue(intent_direct("Sorry about the confetti."))
+
+    both = await h.agui(user, _input(sid, [FIRST, failed, {"id": "u-2", "role": "user", "content": "oh well"}]))
+
+    assert types(both.events)[-1] == "RUN_FINISHED", both.body
+    visible = await h.visible(user, sid)
+    assert [(m["role"], m["message_id"], m["content"]) for m in visible][1:4] == [
+        ("assistant", visible[1]["message_id"], ""),
+        ("tool", "t-1", '{"error": "no confetti here"}'),
+        ("user", "u-2", "oh well"),
+    ]
+    sent = h.stub.requests[-1].messages
+    assert [m["role"] for m in sent][-3:] == ["assistant", "tool", "user"]
+    assert sent[-2]["content"] == '{"error": "no confetti here"}' and sent[-1]["content"] == "oh well"
+    # And the thread goes on: the client's copy (resent, already stored) and one more message.
+    later = await h.agui(
+        user,
+        _input(
+            sid,
+            [
+                FIRST,
+                failed,
+                {"id": "u-2", "role": "user", "content": "oh well"},
+                {"id": "u-3", "role": "user", "content": "hi"},
+            ],
+        ),
+    )
+    assert types(later.events)[-1] == "RUN_FINISHED", later.body
+    assert not [e for e in later.events if e["type"] == "CUSTOM" and e["name"] == "input_ignored"]
+
+
+async def test_rest_answers_frontend_calls_with_tool_results_alone_or_with_a_new_message(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid, _ = await _waiting(h, user)
+    h.stub.enqueue(intent_direct("Nice."))
+
+    both = await h.client.post(
+        f"/v1/sessions/{sid}/runs",
+        headers=user.headers,
+        json={"message": "and now?", "tool_results": [{"tool_call_id": "call_fe_1", "content": '{"shown": true}'}]},
+    )
+
+    assert both.status_code == 200, both.text
+    visible = await h.visible(user, sid)
+    assert [(m["role"], m["content"]) for m in visible][2:4] == [("tool", '{"shown": true}'), ("user", "and now?")]
+
+    # Nothing pending any more: a result answers nothing (refused, nothing stored), a message runs.
+    stale = await h.client.post(
+        f"/v1/sessions/{sid}/runs",
+        headers=user.headers,
+        json={"tool_results": [{"tool_call_id": "call_fe_1", "content": "{}"}]},
+    )
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "interrupt_unknown", stale.text
+    assert types((await h.run(user, sid, "hello")).events)[-1] == "RUN_FINISHED"
+
+    sid, _ = await _waiting(h, user)
+    h.stub.enqueue(execution_done("Confetti shown.", {"shown": True}), organized("Congratulations!"))
+    alone = await h.client.post(
+        f"/v1/sessions/{sid}/runs",
+        headers=user.headers,
+        json={"tool_results": [{"tool_call_id": "call_fe_1", "content": '{"shown": true}'}]},
+    )
+    assert alone.status_code == 200, alone.text
+    assert stage_of(h.stub.requests[-2]) == "execution"
+    assert list(text_messages(parse_sse(alone.text)).values()) == ["Congratulations!"]
 
 
 @pytest.mark.parametrize(

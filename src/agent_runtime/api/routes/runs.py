@@ -4,13 +4,16 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 from uuid import UUID
 
+from ag_ui.core import AgentCapabilities
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
+from agent_runtime.api.sse import with_keepalive
 from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.pagination import Page
+from agent_runtime.engine.runs.agui.capabilities import agent_capabilities
 from agent_runtime.engine.runs.agui.input import AguiRunInput
 from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
@@ -22,14 +25,15 @@ from agent_runtime.engine.runs.request.models import (
     RunRequest,
     parse_last_event_id,
 )
+from agent_runtime.engine.runtime import RuntimeEngine
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 
 _SSE_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "AG-UI events as Server-Sent Events (`id: <run_id>:<seq>\\ndata: <json>\\n\\n`): "
-        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last. Resume with the last `id` at "
-        "`GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
+        "RUN_STARTED first, RUN_FINISHED or RUN_ERROR last; while silent, `: keepalive` comment lines every "
+        "SSE_KEEPALIVE_SECONDS. Resume with the last `id` at `GET /v1/sessions/{session_id}/runs/{run_id}/events`.",
         "content": {
             "text/event-stream": {
                 # OpenAPI 3.1 without `itemSchema`: the schema describes one event of the stream.
@@ -52,21 +56,21 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _event_stream(run_id: UUID, events: AsyncIterator[LoggedEvent]) -> StreamingResponse:
+def _event_stream(run_id: UUID, events: AsyncIterator[LoggedEvent], keepalive_seconds: float) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         async for event in events:
             yield event.sse(run_id)
 
     return StreamingResponse(
-        body(),
+        with_keepalive(body(), keepalive_seconds),
         media_type="text/event-stream",
         # No proxy buffering or caching: events must reach the browser as they happen.
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": str(run_id)},
     )
 
 
-def _sse(handle: RunHandle) -> StreamingResponse:
-    return _event_stream(handle.run_id, handle.events.stream())
+def _sse(handle: RunHandle, engine: RuntimeEngine) -> StreamingResponse:
+    return _event_stream(handle.run_id, handle.events.stream(), engine.settings.sse_keepalive_seconds)
 
 
 @router.post(
@@ -86,8 +90,9 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
     messages = []
     if body.message is not None:
         messages = [UserMessage(content=body.message, **({"id": body.message_id} if body.message_id else {}))]
-    run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume)
-    return _sse(await engine.runs.start(ctx, session_id, run_input))
+    results = [result.message() for result in body.tool_results]
+    run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume, tool_results=results)
+    return _sse(await engine.runs.start(ctx, session_id, run_input), engine)
 
 
 @router.get(
@@ -136,7 +141,8 @@ async def run_events(
         after = parse_last_event_id(run_id, last_event_id, where=["header", "Last-Event-ID"])
     else:
         after = parse_last_event_id(run_id, last_event_id_param, where=["query", "last_event_id"])
-    return _event_stream(run_id, await engine.runs.follow(ctx, session_id, run_id, after=after))
+    events = await engine.runs.follow(ctx, session_id, run_id, after=after)
+    return _event_stream(run_id, events, engine.settings.sse_keepalive_seconds)
 
 
 @router.post(
@@ -162,7 +168,21 @@ async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> Streaming
     any other id is a 404, whether it exists or not). The stored thread is the truth: of `messages`, only
     new user messages and results for pending frontend tool calls are taken (anything else is reported in a
     CUSTOM `input_ignored` event); `resume` answers the interrupts of the previous run."""
-    return _sse(await engine.runs.start_agui(ctx, body))
+    return _sse(await engine.runs.start_agui(ctx, body), engine)
+
+
+@router.get(
+    "/agui/capabilities",
+    response_model=AgentCapabilities,
+    response_model_exclude_none=True,
+    response_model_by_alias=True,
+    responses=error_responses(401),
+)
+async def agui_capabilities(engine: Engine, ctx: Caller) -> AgentCapabilities:
+    """What this server does, as AG-UI 1.0 `AgentCapabilities`: its tools, state, reasoning (only when a stage
+    streams it), human in the loop (approvals as interrupts, client tools), no multimodal input, resumable
+    streams, and (under `custom`) cancel. Derived from the running configuration."""
+    return agent_capabilities(engine.settings, engine.templates, engine.runs.tool_map)
 
 
 # The routes that start a run: while the process is full or draining, the middleware refuses them before

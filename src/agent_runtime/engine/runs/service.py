@@ -111,7 +111,7 @@ class RunService:
         connect_timeout = settings.database_connect_timeout_seconds
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested, connect_timeout=connect_timeout)
         self._tools = engine_tools(ProfileService(pool))
-        self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
+        self.tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
         self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
         self._stage_options: dict[str, CallOptions] = {
@@ -142,19 +142,26 @@ class RunService:
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
         # A new turn is planned as if nothing were pending (its start statement checks); answers need them first.
-        thread = await self._pending.load(ctx, session_id) if run_input.resume else None
+        answers = run_input.resume or run_input.tool_results
+        thread = await self._pending.load(ctx, session_id) if answers else None
         return await self._start(ctx, session_id, run_input, thread)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
         (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken."""
-        request = await read_agui_input(ctx, agui_input, self._pending, server_tools=self._tools.names())
+        request = await read_agui_input(
+            ctx,
+            agui_input,
+            self._pending,
+            server_tools=self._tools.names(),
+            offer_tools=self._settings.agui_frontend_tools,
+        )
         return await self._start(ctx, request.session_id, request.run_input, request.thread)
 
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
     ) -> RunHandle:
-        plan = plan_turn(run_input, thread.pending if thread else None, self._tool_map)
+        plan = plan_turn(run_input, thread.pending if thread else None, self.tool_map)
         limit = message_token_limit(self._settings.memory_max_tokens)
         added: list[ChatMessage] = [*run_input.new_messages, *run_input.tool_results]
         await check_token_budget(added, limit=limit, counter=self._token_counter)
@@ -165,9 +172,8 @@ class RunService:
             self.admission.release()
             raise
         started = admitted.run
-        stream = AguiStream(
-            thread_id=str(session_id), run_id=str(started.run_id), log=self.hub.open_log(started.run_id, ctx.user_id)
-        )
+        log = self.hub.open_log(started.run_id, ctx.user_id)
+        stream = AguiStream(thread_id=str(session_id), run_id=str(started.run_id), log=log, legacy=run_input.legacy)
         events = RunEvents(stream.emit)
         events.run_started()
         if run_input.ignored:
@@ -209,7 +215,7 @@ class RunService:
             thread = await self._pending.load(ctx, session_id)
             if (thread.pending.id if thread.pending else None) != expected:
                 # The session waits for something else than planned: plan again (409 interrupt_pending if unanswered).
-                plan = plan_turn(run_input, thread.pending, self._tool_map)
+                plan = plan_turn(run_input, thread.pending, self.tool_map)
                 continue
             if swept:
                 raise RunInProgressError(f"session {session_id} already has a run in progress")

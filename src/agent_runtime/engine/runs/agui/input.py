@@ -107,6 +107,17 @@ def check_agui_input(agui_input: agui.RunAgentInput) -> None:
         raise _invalid("too many resume entries", ["body", "resume"], f"at most {MAX_RESUME_ENTRIES}")
 
 
+def is_legacy_client(declared: str | None) -> bool:
+    """A client from before 1.0: no `protocolVersion` (it came with 1.0), or one older than 1.0. A declaration
+    that cannot be read counts as newer (basic/versioning: proceed as with a newer one)."""
+    if declared is None:
+        return True
+    major, dot, minor = declared.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit()):
+        return False
+    return int(major) < 1
+
+
 def _client_state(state: object) -> dict[str, JsonValue] | None:
     if state is None:
         return None
@@ -149,9 +160,15 @@ def _resume(entries: list[agui.ResumeEntry] | None) -> list[ResumeDecision]:
 
 
 def run_input_from_agui(
-    agui_input: agui.RunAgentInput, *, stored_ids: Set[str], pending: PendingTurn | None, server_tools: Collection[str]
+    agui_input: agui.RunAgentInput,
+    *,
+    stored_ids: Set[str],
+    pending: PendingTurn | None,
+    server_tools: Collection[str],
+    offer_tools: bool = True,
 ) -> RunInput:
-    """What the run takes from the input, given the thread's stored message ids and pending turn."""
+    """What the run takes from the input, given the thread's stored message ids and pending turn;
+    `offer_tools`: AGUI_FRONTEND_TOOLS (off: the client's tools are not offered to the model)."""
     waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
     new: list[UserMessage] = []
     results: list[ToolMessage] = []
@@ -182,11 +199,12 @@ def run_input_from_agui(
     except ValueError:
         client_run_id = None
     return RunInput(
+        legacy=is_legacy_client(agui_input.protocol_version),
         new_messages=new,
         tool_results=results,
         resume=resume,
         context=context[:MAX_CONTEXT_ITEMS],
-        frontend_tools=frontend_tools(agui_input.tools, server_tools),
+        frontend_tools=frontend_tools(agui_input.tools, server_tools) if offer_tools else [],
         client_state=_client_state(agui_input.state),
         ignored=ignored,
         run_id=client_run_id,
@@ -200,7 +218,12 @@ class AguiRequest(BaseModel):
 
 
 async def read_agui_input(
-    ctx: RequestContext, agui_input: agui.RunAgentInput, pending: PendingStore, *, server_tools: Collection[str]
+    ctx: RequestContext,
+    agui_input: agui.RunAgentInput,
+    pending: PendingStore,
+    *,
+    server_tools: Collection[str],
+    offer_tools: bool = True,
 ) -> AguiRequest:
     """Check the input, read the thread (its pending turn and which of the input's ids it stores, in one
     read; 404 when it is not the caller's session), and take from the input what the run may."""
@@ -208,7 +231,11 @@ async def read_agui_input(
     session_id = thread_session_id(agui_input)
     thread = await pending.load(ctx, session_id, [m.id for m in agui_input.messages])
     run_input = run_input_from_agui(
-        agui_input, stored_ids=thread.stored_ids, pending=thread.pending, server_tools=server_tools
+        agui_input,
+        stored_ids=thread.stored_ids,
+        pending=thread.pending,
+        server_tools=server_tools,
+        offer_tools=offer_tools,
     )
     if run_input.ignored:
         # Named explicitly: ops match this line to the response's X-Request-ID.

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import assert_never
 
 from ag_ui.core import (
+    PROTOCOL_VERSION,
     BaseEvent,
     CustomEvent,
     Interrupt,
@@ -74,6 +75,7 @@ from agent_runtime.engine.runs.lease.repository import (
     THREAD_ID_SLOT,
     LogEndings,
 )
+from agent_runtime.engine.runs.request.approval import approval_response_schema
 
 INTERRUPT_REASON = "tool_approval"
 
@@ -103,17 +105,31 @@ def _interrupt(pending: PendingInterrupt) -> Interrupt:
         reason=INTERRUPT_REASON,
         message=f"Allow the assistant to run {pending.tool_name}?",
         tool_call_id=pending.tool_call_id,
-        # What a resume may carry: {"arguments": {...}} replaces the model's arguments (validated).
-        response_schema={
-            "type": "object",
-            "properties": {"arguments": pending.arguments_schema},
-            "additionalProperties": False,
-        },
+        # What a resume may carry (request/approval.py validates exactly this).
+        response_schema=approval_response_schema(pending.arguments_schema),
         metadata={"toolName": pending.tool_name, "arguments": _arguments(pending.arguments)},
     )
 
 
-def _finished(event: RunFinished, thread_id: str, run_id: str) -> RunFinishedEvent:
+def _legacy_finished(event: RunFinished, thread_id: str, run_id: str) -> RunFinishedEvent | None:
+    """RUN_FINISHED for a client that declared no protocol version (before 1.0: CopilotKit 1.74 bundles
+    @ag-ui/core 0.0.59, whose strict outcome schemas know only `{"type": "success"}` and the interrupt outcome
+    and reject the whole event otherwise). The outcome is left out (absent = success; a consumer derives the
+    pending calls from the stream, TOOL_CALL_END without a result), and what it would say is in `result`,
+    which every version accepts; None: the 1.0 event is valid there as it is."""
+    if event.interrupts or not (event.cancelled or event.pending_tool_call_ids):
+        return None
+    result: dict[str, JsonValue] = (
+        {"cancelled": True} if event.cancelled else {"pendingToolCallIds": list(event.pending_tool_call_ids)}
+    )
+    usage = [_usage(u) for u in event.usage] or None
+    return RunFinishedEvent(thread_id=thread_id, run_id=run_id, result=result, usage=usage)
+
+
+def _finished(event: RunFinished, thread_id: str, run_id: str, *, legacy: bool = False) -> RunFinishedEvent:
+    legacy_event = _legacy_finished(event, thread_id, run_id) if legacy else None
+    if legacy_event is not None:
+        return legacy_event
     outcome: RunFinishedInterruptOutcome | RunFinishedSuccessOutcome | RunFinishedCancelledOutcome | None = None
     if event.cancelled:
         outcome = RunFinishedCancelledOutcome()
@@ -127,12 +143,15 @@ def _finished(event: RunFinished, thread_id: str, run_id: str) -> RunFinishedEve
     )
 
 
-def _lifecycle(event: RunStarted | RunFinished | RunFailed, thread_id: str, run_id: str) -> BaseEvent:
+def _lifecycle(
+    event: RunStarted | RunFinished | RunFailed, thread_id: str, run_id: str, *, legacy: bool = False
+) -> BaseEvent:
     match event:
         case RunStarted():
-            return RunStartedEvent(thread_id=thread_id, run_id=run_id)
+            # AG-UI 1.0 (basic/versioning): the producer declares its version on the event that opens a run.
+            return RunStartedEvent(thread_id=thread_id, run_id=run_id, protocol_version=PROTOCOL_VERSION)
         case RunFinished():
-            return _finished(event, thread_id, run_id)
+            return _finished(event, thread_id, run_id, legacy=legacy)
         case RunFailed():
             return RunErrorEvent(code=event.code, message=event.message)
         case _:
@@ -190,12 +209,13 @@ def _tool_call(event: ToolCallRequested) -> list[BaseEvent]:
     return [start, *args, ToolCallEndEvent(tool_call_id=call_id)]
 
 
-def to_agui(event: RunEvent, *, thread_id: str, run_id: str) -> list[BaseEvent]:
+def to_agui(event: RunEvent, *, thread_id: str, run_id: str, legacy: bool = False) -> list[BaseEvent]:
     """The AG-UI events for one run event. `match` over the whole `RunEvent` union, each family in a small
-    function of its own, ending in `assert_never`: an event type without a case fails mypy, not a run."""
+    function of its own, ending in `assert_never`: an event type without a case fails mypy, not a run.
+    `legacy`: the client declared no protocol version (see `_legacy_finished`)."""
     match event:
         case RunStarted() | RunFinished() | RunFailed():
-            return [_lifecycle(event, thread_id, run_id)]
+            return [_lifecycle(event, thread_id, run_id, legacy=legacy)]
         case MessagesSnapshot() | StateSnapshot() | StateDelta():
             return [_state(event)]
         case StageStarted():
@@ -241,13 +261,14 @@ class AguiStream:
     """A run's AG-UI event stream: run events in (`emit`), AG-UI events out through `publish` into the run's
     event log (`events/log.py`: numbered, stored, followed from any replica), read back with `stream()`."""
 
-    def __init__(self, *, thread_id: str, run_id: str, log: RunEventLog) -> None:
+    def __init__(self, *, thread_id: str, run_id: str, log: RunEventLog, legacy: bool = False) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
         self.log = log
+        self.legacy = legacy
 
     def emit(self, event: RunEvent) -> None:
-        for agui_event in to_agui(event, thread_id=self.thread_id, run_id=self.run_id):
+        for agui_event in to_agui(event, thread_id=self.thread_id, run_id=self.run_id, legacy=self.legacy):
             self.publish(agui_event)
 
     def publish(self, event: BaseEvent) -> None:

@@ -58,6 +58,26 @@ class ResumeDecision(BaseModel):
     )
 
 
+class ToolResult(BaseModel):
+    """The client's result for a frontend tool call the thread waits for (AG-UI: a `tool` message)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"tool_call_id": "call_00_Mq3x4", "content": '{"shown": true}'}]},
+    )
+
+    tool_call_id: ClientText = Field(min_length=1, max_length=200)
+    content: ClientText = Field(max_length=MAX_MESSAGE_CHARS)
+    message_id: ClientText | None = Field(
+        default=None, min_length=1, max_length=200, description="Client id for the result; generated if absent."
+    )
+
+    def message(self) -> ToolMessage:
+        return ToolMessage(
+            tool_call_id=self.tool_call_id, content=self.content, **({"id": self.message_id} if self.message_id else {})
+        )
+
+
 def _not_null(schema: dict[str, Any]) -> None:
     # Absent when the body carries `resume` instead: null is not a value the field takes.
     branches = [branch for branch in schema.pop("anyOf", []) if branch.get("type") != "null"]
@@ -68,13 +88,14 @@ def _not_null(schema: dict[str, Any]) -> None:
 class RunRequest(BaseModel):
     """Body of `POST /v1/sessions/{id}/runs`: a new user message, or the answers to pending interrupts."""
 
-    # OpenAPI says which members a body needs: `message` or `resume`, exactly one (the validator below). The
-    # examples are what Swagger UI's "Try it out" sends (the first one): without them it generated a body from the
-    # field patterns, with `message` and `resume` together, which is a 422.
+    # OpenAPI says which members a body needs: `message`, `resume` or `tool_results`, never `message` with
+    # `resume` (the validator below). The examples are what Swagger UI's "Try it out" sends (the first one):
+    # without them it generated a body from the field patterns, with `message` and `resume` together, a 422.
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "oneOf": [{"required": ["message"]}, {"required": ["resume"]}],
+            "anyOf": [{"required": ["message"]}, {"required": ["resume"]}, {"required": ["tool_results"]}],
+            "not": {"required": ["message", "resume"]},
             "examples": [
                 {"message": "What is 12 * 7?"},
                 {
@@ -83,6 +104,7 @@ class RunRequest(BaseModel):
                     "context": [{"description": "The screen the user is on", "value": "Profile settings"}],
                 },
                 {"resume": [{"interrupt_id": "approve-call_00_Mq3x4", "status": "resolved"}]},
+                {"message": "Thanks!", "tool_results": [{"tool_call_id": "call_00_Mq3x4", "content": "{}"}]},
             ],
         },
     )
@@ -104,11 +126,20 @@ class RunRequest(BaseModel):
         max_length=MAX_RESUME_ENTRIES,
         description="Answers to the interrupts the previous run ended with (approve, edit, or deny each tool call).",
     )
+    tool_results: list[ToolResult] = Field(
+        default_factory=list,
+        min_length=1,
+        max_length=MAX_RESUME_ENTRIES,
+        description="Results for the frontend tool calls the previous run ended with (its `pendingToolCallIds`); "
+        "with a `message` too, they close the calls and the new message runs.",
+    )
 
     @model_validator(mode="after")
     def _message_or_resume(self) -> RunRequest:
-        if (self.message is None) == (not self.resume):
+        if self.message is not None and self.resume:
             raise ValueError("send either a message or resume entries (not both)")
+        if self.message is None and not self.resume and not self.tool_results:
+            raise ValueError("send a message, resume entries or tool results")
         return self
 
 
@@ -131,6 +162,9 @@ class RunInput(BaseModel):
     client_state: dict[str, JsonValue] | None = Field(default=None, description="AG-UI state, stored as data.")
     ignored: list[IgnoredMessage] = Field(default_factory=list)
     run_id: UUID | None = Field(default=None, description="The client's run id (AG-UI runId), when it is a UUID.")
+    legacy: bool = Field(
+        default=False, description="An AG-UI client that declared no protocol version 1.0 or newer (pre-1.0 schemas)."
+    )
 
 
 _MAX_EVENT_SEQ = 2_147_483_647

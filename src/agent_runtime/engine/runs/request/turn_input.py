@@ -50,8 +50,10 @@ async def check_token_budget(
 
 
 def rows_to_store(run_input: RunInput, plan: TurnPlan, run_id: UUID) -> list[NewMessage]:
-    """What the run stores before any model call: results closing abandoned frontend calls (right after the
-    call), then the client's tool results, then the new user messages; each stamped with the run id."""
-    added: list[ChatMessage] = [*plan.closing_results, *run_input.tool_results, *run_input.new_messages]
+    """What the run stores before any model call: the tool results (closing the suspended reply's calls when
+    the user moved on, the client's own among them; else the client's results continuing the turn), then the
+    new user messages; each stamped with the run id."""
+    results = run_input.tool_results if plan.continues else plan.closing_results
+    added: list[ChatMessage] = [*results, *run_input.new_messages]
     stamp = {"metadata": ChatMetadata(run_id=str(run_id))}
     return [to_new_message(message.model_copy(update=stamp)) for message in added]

@@ -1,0 +1,72 @@
+"""What this server does, in AG-UI 1.0's `AgentCapabilities` shape (`GET /v1/agui/capabilities`).
+
+Built from the same settings and YAML the runs use, so it cannot drift from them: reasoning is declared only
+when a stage can stream it (a task with `thinking: enabled`, or the demo model, which reasons in its intent
+stage), approvals only when a tool in `agents.yaml` requires one, client tools only while
+`AGUI_FRONTEND_TOOLS` is on. An omitted field means "not declared" in the spec; every category this server
+has an answer for is filled in, `false` included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ag_ui.core as agui
+
+from agent_runtime.engine.flow.contracts import STAGE_NAMES
+from agent_runtime.engine.flow.templates import FlowTemplates
+from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.settings import Settings
+
+CANCEL_ENDPOINT = "POST /v1/sessions/{session_id}/runs/{run_id}/cancel"
+RESUME_ENDPOINT = "GET /v1/sessions/{session_id}/runs/{run_id}/events"
+
+
+def reasoning_streams(settings: Settings, templates: FlowTemplates) -> bool:
+    """Whether a run may stream REASONING_* events: the demo model reasons; a provider only where asked to."""
+    return settings.is_demo_model or any(templates.call_options(stage, settings).thinking for stage in STAGE_NAMES)
+
+
+def agent_capabilities(
+    settings: Settings, templates: FlowTemplates, tools: Mapping[str, Tool[Any]]
+) -> agui.AgentCapabilities:
+    server_tools = [
+        agui.Tool(name=name, description=tools[name].description, parameters=tools[name].args_model.model_json_schema())
+        for name in templates.execution.agent.tools
+    ]
+    approvals = bool(templates.execution.agent.requires_approval)
+    reasoning = reasoning_streams(settings, templates)
+    return agui.AgentCapabilities(
+        identity=agui.IdentityCapabilities(
+            name="agent-runtime", type="crewai", description="A social app's assistant: profile, time, arithmetic."
+        ),
+        transport=agui.TransportCapabilities(
+            streaming=True, websocket=False, http_binary=False, push_notifications=False, resumable=True
+        ),
+        tools=agui.ToolsCapabilities(supported=True, items=server_tools, client_provided=settings.agui_frontend_tools),
+        state=agui.StateCapabilities(snapshots=True, deltas=True, memory=False, persistent_state=True),
+        reasoning=agui.ReasoningCapabilities(supported=reasoning, streaming=reasoning, encrypted=False),
+        multimodal=agui.MultimodalCapabilities(
+            input=agui.MultimodalInputCapabilities(image=False, audio=False, video=False, pdf=False, file=False),
+            output=agui.MultimodalOutputCapabilities(image=False, audio=False),
+        ),
+        execution=agui.ExecutionCapabilities(
+            code_execution=False, max_execution_time=int(settings.run_timeout_seconds * 1000)
+        ),
+        human_in_the_loop=agui.HumanInTheLoopCapabilities(
+            supported=approvals or settings.agui_frontend_tools,
+            approvals=approvals,
+            interrupts=approvals,
+            # Edits ride `payload.arguments` (the interrupt's responseSchema), not the `editedArgs` this flag names.
+            approve_with_edits=False,
+            interventions=False,
+            feedback=False,
+        ),
+        # What the categories above have no field for: how to stop a run and resume its stream.
+        custom={
+            "cancel": {"supported": True, "endpoint": CANCEL_ENDPOINT},
+            "resumableStreams": {"supported": True, "endpoint": RESUME_ENDPOINT, "header": "Last-Event-ID"},
+            "sseKeepaliveSeconds": settings.sse_keepalive_seconds,
+        },
+    )
