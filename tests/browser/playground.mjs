@@ -19,8 +19,8 @@ const ARGS = [
   "--disable-component-update", "--disable-sync",
 ];
 
-const status = (page) => page.getByTestId("run-status");
 const runId = async (page) => (await page.getByTestId("run-id").textContent()).trim();
+const runsSeen = (page) => page.locator("[data-testid=runs] li").count();
 
 async function openThread(context, token) {
   const page = await context.newPage();
@@ -32,25 +32,34 @@ async function openThread(context, token) {
   return page;
 }
 
-// Sends `text` and waits for the run it starts to end with `outcome`; returns that run's id.
-async function turn(page, text, outcome = "completed") {
-  const before = await runId(page);
-  await send(page, text);
-  await page.waitForFunction((previous) => {
-    const id = document.querySelector("[data-testid=run-id]")?.textContent.trim();
-    return id && id !== previous;
-  }, before);
-  return await ended(page, outcome);
-}
-
 async function send(page, text) {
   const box = page.locator("textarea").first();
   await box.fill(text);
   await box.press("Enter");
 }
 
-async function ended(page, outcome) {
-  await page.locator(`[data-testid=run-status][data-status="${outcome}"]`).waitFor();
+// Waits until the page has seen `after` + outcomes.length runs, the last ones ended as `outcomes` say; their ids.
+async function runsEnded(page, after, outcomes) {
+  const handle = await page.waitForFunction(
+    ([after, outcomes]) => {
+      const runs = [...document.querySelectorAll("[data-testid=runs] li")].slice(after);
+      const ok = runs.length === outcomes.length && runs.every((r, i) => r.dataset.status === outcomes[i]);
+      return ok ? runs.map((r) => r.dataset.runId) : null;
+    },
+    [after, outcomes],
+  );
+  return await handle.jsonValue();
+}
+
+// Sends `text`; the ids of the runs it takes, once they ended with `outcomes`.
+async function turn(page, text, outcomes = ["completed"]) {
+  const after = await runsSeen(page);
+  await send(page, text);
+  return await runsEnded(page, after, outcomes);
+}
+
+async function running(page) {
+  await page.locator('[data-testid=run-status][data-status="running"]').waitFor();
   return await runId(page);
 }
 
@@ -63,7 +72,7 @@ async function waitForText(page, text) {
 const cases = {
   async plain(context, token) {
     const page = await openThread(context, token);
-    const run = await turn(page, "hello there");
+    const [run] = await turn(page, "hello there");
     await waitForText(page, "You said");
     await page.getByTestId("cost").waitFor();
     const seen = {
@@ -103,54 +112,41 @@ const cases = {
 
   async frontend_tool(context, token) {
     const page = await openThread(context, token);
-    await turn(page, "use the show_confetti tool", "awaiting-tools");
-    await page.getByTestId("confetti").waitFor();
-    // CopilotKit ran the tool and sent its result: the turn goes on in a second run.
-    const first = await runId(page);
-    await page.waitForFunction((previous) => {
-      const id = document.querySelector("[data-testid=run-id]")?.textContent.trim();
-      return id && id !== previous;
-    }, first);
-    await ended(page, "completed");
-    return { page, seen: { threadId: await page.evaluate(() => window.location.hash.slice(1)) } };
+    // CopilotKit runs the tool and sends its result: the turn goes on in a second run.
+    const runs = await turn(page, "use the show_confetti tool", ["awaiting-tools", "completed"]);
+    const confetti = await page.getByTestId("confetti").innerText();
+    return { page, seen: { runs, confetti, threadId: await page.evaluate(() => window.location.hash.slice(1)) } };
   },
 
   async reload(context, token) {
     const page = await openThread(context, token);
     await send(page, "slow: tell me a story");
-    await page.locator('[data-testid=run-status][data-status="running"]').waitFor();
-    const run = await runId(page);
+    const run = await running(page);
     await waitForText(page, "Once upon");
     await page.reload();
-    await ended(page, "completed");
+    const [resumed] = await runsEnded(page, 0, ["completed"]);
     await waitForText(page, "The end.");
-    return { page, seen: { runId: run, resumedRunId: await runId(page), chat: await chatText(page) } };
+    return { page, seen: { runId: run, resumedRunId: resumed, chat: await chatText(page) } };
   },
 
   async cancel(context, token) {
     const page = await openThread(context, token);
     await send(page, "slow: tell me a story");
-    await page.locator('[data-testid=run-status][data-status="running"]').waitFor();
-    const run = await runId(page);
+    const run = await running(page);
     await waitForText(page, "Once upon");
     await page.getByTestId("cancel").click();
-    await ended(page, "cancelled");
+    await runsEnded(page, 0, ["cancelled"]);
     return { page, seen: { runId: run, threadId: await page.evaluate(() => window.location.hash.slice(1)) } };
   },
 };
 
 async function approval(context, token, button, bio) {
   const page = await openThread(context, token);
-  await turn(page, `set my bio to: ${bio}`, "interrupt");
+  await turn(page, `set my bio to: ${bio}`, ["interrupt"]);
   await page.getByTestId("approval").waitFor();
   const asked = await page.getByTestId("approval").innerText();
-  const first = await runId(page);
   await page.getByTestId(button).click();
-  await page.waitForFunction((previous) => {
-    const id = document.querySelector("[data-testid=run-id]")?.textContent.trim();
-    return id && id !== previous;
-  }, first);
-  await ended(page, "completed");
+  await runsEnded(page, 1, ["completed"]);
   const card = page.locator('[data-testid=tool-call][data-tool=update_bio][data-status=complete]');
   await card.waitFor();
   return { page, seen: { asked, tool: await card.innerText() } };

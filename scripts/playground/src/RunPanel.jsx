@@ -1,7 +1,8 @@
 // The current run beside the chat: its status and id, Cancel, the model's reasoning, and the run's cost
-// (the CUSTOM `run_cost` event the server sends before RUN_FINISHED).
+// (the CUSTOM `run_cost` event the server sends before RUN_FINISHED); below, the runs this page saw (a turn can
+// take several: an approval, a frontend tool's result).
 import { useAgent } from "@copilotkit/react-core/v2";
-import { useEffect, useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { RESTORED } from "./agent.js";
 import { cancelRun } from "./api.js";
 
@@ -20,19 +21,34 @@ const idle = { runId: null, status: "idle", reasoning: "", cost: null, error: nu
 export function RunPanel({ token, sessionId }) {
   const { agent } = useAgent();
   const [run, setRun] = useState(idle);
+  const [runs, setRuns] = useState([]);
+  // RUN_ERROR carries no run id: the one it ends is the last started.
+  const lastRunId = useRef(null);
 
   const update = (patch) => setRun((current) => ({ ...current, ...patch }));
+  const record = (runId, status) =>
+    setRuns((seen) => [...seen.filter((r) => r.runId !== runId), { runId, status }]);
 
   useEffect(() => {
     const subscription = agent.subscribe({
-      onRunStartedEvent: ({ event }) =>
-        !event.runId?.startsWith(RESTORED) && setRun({ ...idle, runId: event.runId, status: "running" }),
+      onRunStartedEvent: ({ event }) => {
+        if (event.runId?.startsWith(RESTORED)) return;
+        lastRunId.current = event.runId;
+        setRun({ ...idle, runId: event.runId, status: "running" });
+        record(event.runId, "running");
+      },
       onReasoningMessageContentEvent: ({ event }) =>
         setRun((current) => ({ ...current, reasoning: current.reasoning + event.delta })),
       onCustomEvent: ({ event }) => event.name === "run_cost" && update({ cost: event.value }),
-      onRunFinishedEvent: ({ event }) =>
-        !event.runId?.startsWith(RESTORED) && update({ status: ending(event) }),
-      onRunErrorEvent: ({ event }) => update({ status: "failed", error: `${event.code}: ${event.message}` }),
+      onRunFinishedEvent: ({ event }) => {
+        if (event.runId?.startsWith(RESTORED)) return;
+        update({ status: ending(event) });
+        record(event.runId, ending(event));
+      },
+      onRunErrorEvent: ({ event }) => {
+        update({ status: "failed", error: `${event.code}: ${event.message}` });
+        record(lastRunId.current, "failed");
+      },
     });
     return () => subscription.unsubscribe();
   }, [agent]);
@@ -70,6 +86,13 @@ export function RunPanel({ token, sessionId }) {
           <p className="reasoning" data-testid="reasoning">{run.reasoning}</p>
         </details>
       )}
+      <ol className="runs" data-testid="runs">
+        {runs.map((r) => (
+          <li key={r.runId} data-run-id={r.runId} data-status={r.status}>
+            {r.runId.slice(0, 8)} {r.status}
+          </li>
+        ))}
+      </ol>
     </section>
   );
 }
