@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
-const STEP_MS = 60_000;
+const STEP_MS = 30_000;
 const request = JSON.parse(await new Promise((resolve) => {
   let text = "";
   process.stdin.on("data", (chunk) => (text += chunk)).on("end", () => resolve(text));
