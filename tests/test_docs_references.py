@@ -48,6 +48,7 @@ ELSEWHERE = {
     "OTEL_SDK_DISABLED": "src/agent_runtime/engine/flow/crewai/env.py",  # deliberately not set
     "DIRECT_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",  # the intent stage's routes
     "NEEDS_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",
+    "PLAYGROUND_SCREENSHOT": "tests/browser/test_playground.py",  # where the browser test saves the docs' screenshot
 }
 # Files of other projects that the docs name (CrewAI's and LiteLLM's sources, the benchmark peer's).
 FOREIGN_FILES = {

@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.runs.turn", "engine.runs.agui"),
     ("engine.runs",),
     ("engine.runtime",),
+    ("playground",),  # the page's built files and their mount
     ("api", "preflight"),
     ("cli",),
 )

@@ -8,6 +8,7 @@ from its cache: seconds, and offline once the cache holds the lock's packages), 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -114,6 +115,11 @@ async def test_migrate_and_a_demo_run_from_the_installed_wheel(
                 events = parse_sse(run.text)
                 assert [e["type"] for e in events][-1] == "RUN_FINISHED", run.text[-2000:]
                 assert (await client.get("/docs")).status_code == 200
+                # The playground's built page and assets are package data too (ENVIRONMENT=test: it is on).
+                page = await client.get("/playground/")
+                assert page.status_code == 200 and "text/html" in page.headers["content-type"], page.text[:500]
+                (script,) = re.findall(r'src="\./(assets/index-[\w-]+\.js)"', page.text)
+                assert (await client.get(f"/playground/{script}")).status_code == 200
             assert await server.stop(within=120) == 0, server.log_tail()
         finally:
             await server.close()

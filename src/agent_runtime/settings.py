@@ -146,6 +146,9 @@ class Settings(BaseSettings):
     otel_exporter_otlp_endpoint: str | None = None
     otel_traces_exporter: Literal["otlp", "console", "none"] | None = None
     otel_service_name: str = "agent-runtime"
+    # The /playground page (a developer's chat against this service); unset = on unless ENVIRONMENT=production,
+    # where a page that invites pasting tokens is one more surface nobody asked for.
+    playground_enabled: bool | None = None
 
     @field_validator(
         "llm_model",
@@ -157,6 +160,7 @@ class Settings(BaseSettings):
         "otel_traces_exporter",
         "metrics_port",
         "memory_summary",
+        "playground_enabled",
         "deepseek_api_key",
         "openai_api_key",
         mode="before",
@@ -217,6 +221,11 @@ class Settings(BaseSettings):
     def memory_summary_enabled(self) -> bool:
         """MEMORY_SUMMARY, or when unset: on with a real model, off with the demo model."""
         return self.memory_summary if self.memory_summary is not None else not self.is_demo_model
+
+    @property
+    def playground_on(self) -> bool:
+        """PLAYGROUND_ENABLED, or when unset: on in development and test, off in production."""
+        return self.playground_enabled if self.playground_enabled is not None else self.environment != "production"
 
     @property
     def effective_llm_model(self) -> str:

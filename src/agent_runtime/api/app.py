@@ -23,6 +23,7 @@ from agent_runtime.engine.runtime import open_engine
 from agent_runtime.observability.gc_pauses import GcPauses
 from agent_runtime.observability.metrics_server import MetricsServer
 from agent_runtime.observability.sampler import sample_forever
+from agent_runtime.playground import mount_playground
 from agent_runtime.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,8 @@ def create_app(
     app.include_router(runs.router)
     if settings.metrics_enabled and settings.metrics_port is None:
         app.include_router(metrics.router)
+    if settings.playground_on:
+        mount_playground(app)
     app.add_middleware(
         RequestContextMiddleware,
         max_body_bytes=settings.max_request_bytes,

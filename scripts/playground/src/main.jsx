@@ -1,0 +1,6 @@
+import { createRoot } from "react-dom/client";
+import "@copilotkit/react-core/v2/styles.css";
+import "./styles.css";
+import { App } from "./App.jsx";
+
+createRoot(document.getElementById("root")).render(<App />);

@@ -1,0 +1,1 @@
+function e(){}export{e as defineWebInspector};
