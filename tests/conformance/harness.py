@@ -10,13 +10,8 @@ is a failure, not a skip: CI has both.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import hashlib
 import json
-import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +20,7 @@ from uuid import UUID, uuid4
 import httpx
 import pytest
 from ag_ui_validate.pytest_plugin import validate_agui
+from tests.support.npm import npm_ci
 from tests.support.serve import ServeProcess
 
 from agent_runtime.engine.auth import mint_token
@@ -34,8 +30,6 @@ HERE = Path(__file__).resolve().parent
 NODE_MODULES = HERE / "node_modules"
 CLIENT_SCRIPT = HERE / "agui_client.mjs"
 LEGACY_SCHEMAS_SCRIPT = HERE / "agui_legacy_schemas.mjs"
-INSTALL_STAMP = NODE_MODULES / ".agent-runtime-install-stamp"
-NPM_INSTALL_TIMEOUT = 180
 # A server imports CrewAI in the background after start-up (~10 s of CPU) and its first run waits for it.
 CLIENT_TIMEOUT = 120
 
@@ -50,21 +44,6 @@ ERROR_ID = re.compile(r"\(error_id ([0-9a-f]{32})\)$")
 # Installing the client
 
 
-def _npm_cache_dir() -> Path:
-    explicit = os.environ.get("AGENT_RUNTIME_NPM_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "agent-runtime" / "npm"
-
-
-def _lock_digest() -> str:
-    digest = hashlib.sha256()
-    for name in ("package.json", "package-lock.json"):
-        digest.update((HERE / name).read_bytes())
-    return digest.hexdigest()
-
-
 def _pinned_client_version() -> str:
     return str(json.loads((HERE / "package.json").read_text())["dependencies"]["@ag-ui/client"])
 
@@ -77,60 +56,12 @@ def _installed_client_version() -> str | None:
         return None
 
 
-def _install_is_current(digest: str) -> bool:
-    try:
-        stamp = INSTALL_STAMP.read_text().strip()
-    except OSError:
-        return False
-    return stamp == digest and _installed_client_version() == _pinned_client_version()
-
-
 def ensure_client_installed() -> str:
     """`npm ci` the pinned client unless node_modules already matches the lock file; returns its version."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"`{tool}` is not on PATH: the AG-UI conformance test needs Node.js 20+ and npm")
-    digest = _lock_digest()
-    if _install_is_current(digest):
-        return _pinned_client_version()
-    cache = _npm_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    # One installer at a time (parallel pytest processes share this directory).
-    with (cache / ".agent-runtime-conformance.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _install_is_current(digest):
-            return _pinned_client_version()
-        command = [
-            "npm",
-            "ci",
-            "--no-audit",
-            "--no-fund",
-            "--prefer-offline",
-            "--cache",
-            str(cache),
-            # An unreachable registry fails in seconds, not after npm's default minute of retries.
-            "--fetch-retries=2",
-            "--fetch-retry-mintimeout=1000",
-            "--fetch-retry-maxtimeout=5000",
-        ]
-        try:
-            done = subprocess.run(
-                command, cwd=HERE, capture_output=True, text=True, timeout=NPM_INSTALL_TIMEOUT, check=False
-            )
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"`{' '.join(command)}` did not finish in {NPM_INSTALL_TIMEOUT} s: is the npm registry reachable "
-                f"(registry: `npm config get registry`)? The AG-UI conformance test needs @ag-ui/client."
-            )
-        if done.returncode != 0:
-            pytest.fail(
-                f"could not install the official AG-UI client (`{' '.join(command)}` in {HERE} exited "
-                f"{done.returncode}); is the npm registry reachable? npm said:\n{(done.stderr or done.stdout)[-3000:]}"
-            )
-        version = _installed_client_version()
-        if version != _pinned_client_version():
-            pytest.fail(f"npm ci installed @ag-ui/client {version!r}, expected {_pinned_client_version()!r}")
-        INSTALL_STAMP.write_text(digest + "\n")
+    npm_ci(HERE, needed_for="the AG-UI conformance test (@ag-ui/client)")
+    version = _installed_client_version()
+    if version != _pinned_client_version():
+        pytest.fail(f"npm ci installed @ag-ui/client {version!r}, expected {_pinned_client_version()!r}")
     return _pinned_client_version()
 
 
