@@ -19,9 +19,28 @@ class ToolCallSpec(_Meta):
     arguments: str = Field(description="JSON-encoded arguments exactly as the model produced them.")
 
 
+class ImageAttachment(_Meta):
+    """An image of a user message, kept on its row: inline bytes (base64, checked against `mime_type` by their
+    magic bytes at intake) or an https URL the provider fetches itself (the server never fetches it)."""
+
+    id: str = Field(min_length=1, max_length=64, description="The server's id of the image (its URL names it).")
+    mime_type: Literal["image/jpeg", "image/png", "image/webp"] | None = Field(
+        default=None, description="Always set for inline data; a URL's type may be unknown (the provider sniffs it)."
+    )
+    data: str | None = Field(default=None, description="Base64 of the image's bytes (no data: prefix).")
+    url: str | None = Field(default=None, max_length=2048, description="An https URL, passed to the provider.")
+    size: int | None = Field(default=None, ge=0, description="Bytes of inline data.")
+
+    def wire_url(self) -> str:
+        """What the provider's `image_url.url` takes: a data URL for inline bytes, else the client's URL."""
+        return f"data:{self.mime_type};base64,{self.data}" if self.data is not None else str(self.url)
+
+
 class UserInputMetadata(_Meta):
     kind: Literal["user_input"] = "user_input"
     run_id: str | None = None
+    # None (not []) without images: rows stored before images existed, and text-only ones, keep their bytes.
+    images: list[ImageAttachment] | None = None
 
 
 class SystemMetadata(_Meta):
