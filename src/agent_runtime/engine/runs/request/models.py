@@ -104,7 +104,6 @@ class RunRequest(BaseModel):
                     "message_id": "msg-2f9c",
                     "context": [{"description": "The screen the user is on", "value": "Profile settings"}],
                 },
-                {"message": "What is on this picture?", "images": [{"url": "https://example.com/cat.jpg"}]},
                 {"resume": [{"interrupt_id": "approve-call_00_Mq3x4", "status": "resolved"}]},
                 {"message": "Thanks!", "tool_results": [{"tool_call_id": "call_00_Mq3x4", "content": "{}"}]},
             ],
