@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from agent_runtime.engine.billing.models import CostBreakdown, CostSource, PriceTier
 
@@ -39,8 +47,15 @@ class ImageAttachment(_Meta):
 class UserInputMetadata(_Meta):
     kind: Literal["user_input"] = "user_input"
     run_id: str | None = None
-    # None (not []) without images: rows stored before images existed, and text-only ones, keep their bytes.
+    # Left out when None: text-only rows (and those stored before images existed) keep their exact shape.
     images: list[ImageAttachment] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_images(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("images") is None:
+            data.pop("images", None)
+        return data
 
 
 class SystemMetadata(_Meta):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agent_runtime.engine.llm.models import UnfinishedCall
 from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields, MessageMetadata
@@ -95,6 +95,14 @@ class StoredMessage(BaseModel):
         description="A user message with images: its text and images as AG-UI parts; the images' bytes are not in "
         "`metadata` (served by `GET /v1/sessions/{id}/images/{image_id}`).",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_no_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only messages with images have parts: every other row keeps its shape.
+        data: dict[str, Any] = handler(self)
+        if data.get("content_parts") is None:
+            data.pop("content_parts", None)
+        return data
 
     def for_client(self) -> StoredMessage:
         """The message as the API lists it: inline image bytes replaced by the URL that serves them."""
