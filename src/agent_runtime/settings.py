@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     llm_api_base: str | None = None
     deepseek_api_key: SecretStr | None = None
     openai_api_key: SecretStr | None = None
+    # Models that take image parts (comma-separated LiteLLM ids): DeepSeek's vision guide names deepseek-flash (and the
+    # legacy deepseek-v4-flash, served by it); deepseek-v4-pro is text only.
+    llm_image_models: str = "deepseek/deepseek-flash,deepseek/deepseek-v4-flash"
+    # Inline images of a user message (base64 in the body, so MAX_REQUEST_BYTES bounds them too: base64 is 4/3).
+    max_image_bytes: int = Field(default=524_288, ge=1024, le=33_554_432)
+    max_images_per_message: int = Field(default=4, ge=0, le=32)
     llm_timeout_seconds: float = Field(default=60.0, gt=0)
     llm_connect_timeout_seconds: float = Field(default=10.0, gt=0)
     llm_max_retries: int = Field(default=2, ge=0, le=10)

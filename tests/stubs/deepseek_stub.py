@@ -24,6 +24,12 @@ docs as of December 2026):
 - JSON Output (https://api-docs.deepseek.com/guides/json_mode): `response_format` `{"type": "json_object"}` needs the
   word "json" in the prompt; other types than text/json_object answer 400 "This response_format type is unavailable
   now"; output that cannot be recognised as JSON is replaced by spaces (U+0020), finish_reason still "stop".
+- Images (https://api-docs.deepseek.com/guides/vision): `deepseek-flash` (and the legacy `deepseek-v4-flash`, served
+  by it) take user `content` as a list of blocks, `{"type": "text"}` and `{"type": "image_url", "image_url": {"url"}}`
+  with a `data:image/...;base64,` or http(s) URL; the format is sniffed from the bytes (JPEG, PNG, GIF, WebP).
+  `deepseek-v4-pro` is text only: the stub answers 400 to an image for it (the message is the stub's own). An
+  image's prompt tokens are counted as IMAGE_TOKENS each (the stub's figure; DeepSeek reports its own in
+  `prompt_tokens`).
 - max_tokens caps the output including the reasoning (thinking mode guide): a longer answer is cut there with
   finish_reason "length".
 - Errors (https://api-docs.deepseek.com/quick_start/error_codes): 400/401/402/422/429/500/503 in the shape
@@ -51,6 +57,8 @@ Where the stub is stricter than DeepSeek, or assumes what the docs leave open:
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import re
 import time
@@ -64,6 +72,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 ACCEPTED_MODELS = frozenset({"deepseek-flash", "deepseek-v4-pro", "deepseek-v4-flash"})
+IMAGE_MODELS = frozenset({"deepseek-flash", "deepseek-v4-flash"})
+IMAGE_TOKENS = 384
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF8", b"RIFF")
 RETIRED_MODELS = frozenset({"deepseek-chat", "deepseek-reasoner"})
 # The model that serves an id: its concurrency and KV cache are that model's.
 SERVED_BY = MappingProxyType({"deepseek-v4-flash": "deepseek-flash"})
@@ -106,6 +117,36 @@ def content_text(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+def image_urls(messages: list[Any]) -> list[str]:
+    """The `image_url` URLs of every message's content blocks, in order."""
+    urls: list[str] = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                urls.append(str((part.get("image_url") or {}).get("url", "")))
+    return urls
+
+
+def _image_error(model: str, messages: list[Any]) -> str | None:
+    urls = image_urls(messages)
+    if urls and model not in IMAGE_MODELS:
+        return f"stub: the model {model} does not support image input"
+    for url in urls:
+        if url.startswith(("https://", "http://")):
+            continue
+        head, _, data = url.partition(",")
+        if not (head.startswith("data:image/") and head.endswith(";base64")):
+            return "Invalid image_url: expected a data:image/...;base64, URL or an http(s) URL"
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return "Invalid image: the base64 data cannot be decoded"
+        if not raw.startswith(_IMAGE_MAGIC):
+            return "Invalid image: the format is not JPEG, PNG, GIF or WebP"
+    return None
 
 
 def blank_non_json(content: str) -> str:
@@ -610,7 +651,11 @@ class DeepSeekStub:
             return Rejection(status=400, message="Model Not Exist")
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return Rejection(status=422, message="messages: field required")
-        message = self._parameter_error(body, recorded) or self._history_error(recorded)
+        message = (
+            self._parameter_error(body, recorded)
+            or _image_error(str(model), body["messages"])
+            or self._history_error(recorded)
+        )
         return Rejection(status=400, message=message) if message is not None else None
 
     @staticmethod
@@ -701,6 +746,7 @@ class DeepSeekStub:
                 given.prompt_tokens, given.completion_tokens, given.cache_hit_tokens, given.reasoning_tokens
             )
         prompt = count_tokens(recorded.prompt_text) + 4 * len(recorded.messages)
+        prompt += IMAGE_TOKENS * len(image_urls(recorded.messages))
         hit = min(self.cache_hit_tokens, prompt)
         return UsagePayload.of(prompt, answer.completion_tokens, hit, answer.reasoning_tokens)
 

@@ -89,7 +89,9 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
     """
     messages = []
     if body.message is not None:
-        messages = [UserMessage(content=body.message, **({"id": body.message_id} if body.message_id else {}))]
+        images = [image.attachment() for image in body.images]
+        given = {"id": body.message_id} if body.message_id else {}
+        messages = [UserMessage(content=body.message, images=images, **given)]
     results = [result.message() for result in body.tool_results]
     run_input = RunInput(new_messages=messages, context=body.context, resume=body.resume, tool_results=results)
     return _sse(await engine.runs.start(ctx, session_id, run_input), engine)

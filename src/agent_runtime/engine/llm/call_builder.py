@@ -39,6 +39,15 @@ def model_id_for_litellm(model: str) -> str:
     return model
 
 
+def _with_image_parts(message: dict[str, Any]) -> dict[str, Any]:
+    # A user message with images: `content` becomes OpenAI-style blocks, its text first (DeepSeek's vision guide).
+    urls = message.pop("images", None)
+    if not urls:
+        return message
+    text = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+    return {**message, "content": [*text, *({"type": "image_url", "image_url": {"url": url}} for url in urls)]}
+
+
 def mentions_json(messages: list[WireMessage]) -> bool:
     return any(m.content is not None and "json" in m.content.lower() for m in messages)
 
@@ -81,7 +90,9 @@ class CallBuilder:
         return CallTarget(model=model, api_key=api_key, api_base=api_base or self.settings.llm_api_base)
 
     def kwargs(self, request: LLMRequest, target: CallTarget, *, stream: bool) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = _MESSAGES.dump_python(request.messages, exclude_none=True)
+        messages: list[dict[str, Any]] = [
+            _with_image_parts(m) for m in _MESSAGES.dump_python(request.messages, exclude_none=True)
+        ]
         if request.json_mode and not mentions_json(request.messages):
             # DeepSeek rejects json_object unless the prompt itself asks for JSON.
             messages.append({"role": "system", "content": JSON_HINT})

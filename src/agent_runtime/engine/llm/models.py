@@ -33,6 +33,11 @@ class WireMessage(_Wire):
     name: str | None = None
     tool_calls: list[WireToolCall] | None = None
     tool_call_id: str | None = None
+    images: list[str] | None = Field(
+        default=None,
+        description="A user message's images (data: or https URLs): sent as `image_url` parts after its text "
+        "(call_builder), only to LLM_IMAGE_MODELS (llm/vision.py).",
+    )
     reasoning_content: str | None = Field(
         default=None,
         description="An assistant tool-call message's reasoning: a thinking model (DeepSeek) must get it back in "

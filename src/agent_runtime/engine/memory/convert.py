@@ -7,7 +7,10 @@ Deliberate, documented losses:
 - AG-UI's tool message has no `name` (the tool's name is on the assistant tool call with the same id).
   AG-UI's free-form `metadata` and `subagentRunId` are transport annotations and are not stored.
 - AG-UI content given as parts is accepted when every part is text (joined with newlines); any other part
-  (image, audio, ...) is refused.
+  (image, audio, ...) is refused here: a run's input takes image parts itself (engine/runs/request/images.py).
+- A user message's images reach the wire as markers in its text (`user_text`), swapped for image parts by the
+  run's gateway; in AG-UI they are `image` parts: an https URL as given, inline data by the URL of the
+  authenticated endpoint that serves it (`image_path`), never the bytes (a snapshot would carry every image).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from agent_runtime.engine.memory.messages import (
     ToolCallSpec,
     ToolMessage,
     UserMessage,
+    user_text,
 )
+from agent_runtime.engine.messages.models import image_path
 
 AguiMessage = agui.SystemMessage | agui.UserMessage | agui.AssistantMessage | agui.ToolMessage
 
@@ -87,6 +92,8 @@ def to_wire(message: ChatMessage) -> dict[str, JsonValue]:
             if message.name is not None:
                 wire["name"] = message.name
             return wire
+        case UserMessage():
+            return {"role": "user", "content": user_text(message)}
         case _:
             return {"role": message.role, "content": message.content}
 
@@ -130,13 +137,25 @@ def _required_content(wire: _WireMessage) -> str:
     return wire.content
 
 
-def to_agui(message: ChatMessage) -> AguiMessage:
-    """The AG-UI model of a message (for MESSAGES_SNAPSHOT events and message lists)."""
+def agui_parts(message: UserMessage, session_id: str) -> str | list[agui.InputContentPart]:
+    if not message.images:
+        return message.content
+    parts: list[agui.InputContentPart] = [agui.TextPart(type="text", text=message.content)] if message.content else []
+    for image in message.images:
+        url = image.url if image.data is None else image_path(session_id, image.id)
+        source = agui.InputContentUrlSource(type="url", value=str(url), mime_type=image.mime_type)
+        parts.append(agui.ImageInputContent(type="image", id=image.id, source=source))
+    return parts
+
+
+def to_agui(message: ChatMessage, *, session_id: str = "") -> AguiMessage:
+    """The AG-UI model of a message (for MESSAGES_SNAPSHOT events and message lists); `session_id` names the
+    endpoint of its inline images."""
     match message:
         case SystemMessage():
             return agui.SystemMessage(id=message.id, content=message.content)
         case UserMessage():
-            return agui.UserMessage(id=message.id, content=message.content)
+            return agui.UserMessage(id=message.id, content=agui_parts(message, session_id))
         case AssistantMessage():
             calls = [
                 agui.ToolCall(id=c.id, function=agui.FunctionCall(name=c.name, arguments=c.arguments))

@@ -9,7 +9,8 @@ from uuid import uuid4
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from agent_runtime.engine.messages.metadata import ToolCallSpec
+from agent_runtime.engine.llm.vision import image_marker
+from agent_runtime.engine.messages.metadata import ImageAttachment, ToolCallSpec
 
 __all__ = [
     "CHAT_MESSAGE_ADAPTER",
@@ -17,11 +18,14 @@ __all__ = [
     "AssistantMessage",
     "ChatMessage",
     "ChatMetadata",
+    "ImageAttachment",
     "SystemMessage",
     "ToolCallSpec",
     "ToolMessage",
     "UserMessage",
+    "image_marker",
     "merge_consecutive_users",
+    "user_text",
 ]
 
 
@@ -60,6 +64,13 @@ class SystemMessage(_Message):
 class UserMessage(_Message):
     role: Literal["user"] = "user"
     content: str
+    images: list[ImageAttachment] = Field(default_factory=list)
+
+
+def user_text(message: UserMessage) -> str:
+    """The message's text with a marker per image after it: what the flow's stages carry (llm/vision.py)."""
+    markers = "".join(image_marker(image.id) for image in message.images)
+    return message.content + markers
 
 
 class AssistantMessage(_Message):
@@ -110,7 +121,7 @@ def merge_consecutive_users(messages: Sequence[ChatMessage]) -> list[ChatMessage
         previous = merged[-1] if merged else None
         if isinstance(message, UserMessage) and isinstance(previous, UserMessage):
             joined = previous.content + TURN_SEPARATOR + message.content
-            merged[-1] = message.model_copy(update={"content": joined})
+            merged[-1] = message.model_copy(update={"content": joined, "images": [*previous.images, *message.images]})
         else:
             merged.append(message)
     return merged

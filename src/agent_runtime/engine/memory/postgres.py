@@ -52,7 +52,7 @@ def to_new_message(message: ChatMessage) -> NewMessage:
     if isinstance(message, SystemMessage):
         metadata = SystemMetadata()
     elif isinstance(message, UserMessage):
-        metadata = UserInputMetadata(run_id=meta.run_id)
+        metadata = UserInputMetadata(run_id=meta.run_id, images=message.images or None)
     elif isinstance(message, AssistantMessage) and message.tool_calls:
         metadata = ToolCallMetadata(
             tool_calls=message.tool_calls,
@@ -76,7 +76,7 @@ def row_to_chat_message(row: asyncpg.Record) -> ChatMessage:
     if isinstance(metadata, SystemMetadata):
         return SystemMessage(**common)
     if isinstance(metadata, UserInputMetadata):
-        return UserMessage(**common, metadata=ChatMetadata(run_id=metadata.run_id))
+        return UserMessage(**common, images=metadata.images or [], metadata=ChatMetadata(run_id=metadata.run_id))
     if isinstance(metadata, ToolCallMetadata):
         origin = ChatMetadata(run_id=metadata.run_id, stage=metadata.stage, model=metadata.model)
         return AssistantMessage(

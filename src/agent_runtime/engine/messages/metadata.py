@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 from agent_runtime.engine.billing.models import CostBreakdown, CostSource, PriceTier
 
@@ -19,9 +27,35 @@ class ToolCallSpec(_Meta):
     arguments: str = Field(description="JSON-encoded arguments exactly as the model produced them.")
 
 
+class ImageAttachment(_Meta):
+    """An image of a user message, kept on its row: inline bytes (base64, checked against `mime_type` by their
+    magic bytes at intake) or an https URL the provider fetches itself (the server never fetches it)."""
+
+    id: str = Field(min_length=1, max_length=64, description="The server's id of the image (its URL names it).")
+    mime_type: Literal["image/jpeg", "image/png", "image/webp"] | None = Field(
+        default=None, description="Always set for inline data; a URL's type may be unknown (the provider sniffs it)."
+    )
+    data: str | None = Field(default=None, description="Base64 of the image's bytes (no data: prefix).")
+    url: str | None = Field(default=None, max_length=2048, description="An https URL, passed to the provider.")
+    size: int | None = Field(default=None, ge=0, description="Bytes of inline data.")
+
+    def wire_url(self) -> str:
+        """What the provider's `image_url.url` takes: a data URL for inline bytes, else the client's URL."""
+        return f"data:{self.mime_type};base64,{self.data}" if self.data is not None else str(self.url)
+
+
 class UserInputMetadata(_Meta):
     kind: Literal["user_input"] = "user_input"
     run_id: str | None = None
+    # Left out when None: text-only rows (and those stored before images existed) keep their exact shape.
+    images: list[ImageAttachment] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_no_images(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("images") is None:
+            data.pop("images", None)
+        return data
 
 
 class SystemMetadata(_Meta):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID, uuid4
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agent_runtime.engine.llm.models import UnfinishedCall
 from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields, MessageMetadata
@@ -55,6 +55,28 @@ def unfinished_call_row(call: UnfinishedCall, *, stage: str, run_id: str | None)
     )
 
 
+def image_path(session_id: UUID | str, image_id: str) -> str:
+    """Where the API serves an inline image of a session (GET, the session owner's token only)."""
+    return f"/v1/sessions/{session_id}/images/{image_id}"
+
+
+class ImageSource(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: Literal["url"] = "url"
+    value: str = Field(description="The client's https URL, or the path of the endpoint serving the inline image.")
+    mime_type: str | None = Field(default=None, alias="mimeType", serialization_alias="mimeType")
+
+
+class ContentPart(BaseModel):
+    """A user message's content as AG-UI 1.0 InputContent parts (text, then images), as MESSAGES_SNAPSHOT shows it."""
+
+    type: Literal["text", "image"]
+    text: str | None = None
+    id: str | None = None
+    source: ImageSource | None = None
+
+
 class StoredMessage(BaseModel):
     id: UUID
     session_id: UUID
@@ -68,3 +90,30 @@ class StoredMessage(BaseModel):
     cost: Money
     currency: str
     created_at: datetime
+    content_parts: list[ContentPart] | None = Field(
+        default=None,
+        description="A user message with images: its text and images as AG-UI parts; the images' bytes are not in "
+        "`metadata` (served by `GET /v1/sessions/{id}/images/{image_id}`).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_no_parts(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Only messages with images have parts: every other row keeps its shape.
+        data: dict[str, Any] = handler(self)
+        if data.get("content_parts") is None:
+            data.pop("content_parts", None)
+        return data
+
+    def for_client(self) -> StoredMessage:
+        """The message as the API lists it: inline image bytes replaced by the URL that serves them."""
+        images = getattr(self.metadata, "images", None)
+        if not images:
+            return self
+        parts = [ContentPart(type="text", text=self.content)] if self.content else []
+        for image in images:
+            value = image.url if image.data is None else image_path(self.session_id, image.id)
+            parts.append(
+                ContentPart(type="image", id=image.id, source=ImageSource(value=value, mime_type=image.mime_type))
+            )
+        metadata = self.metadata.model_copy(update={"images": [i.model_copy(update={"data": None}) for i in images]})
+        return self.model_copy(update={"metadata": metadata, "content_parts": parts})

@@ -70,6 +70,16 @@ SELECT * FROM (
 """
 
 
+# One image of one of the owner's visible user messages ($3: the image id); no row: none such for this owner.
+IMAGE_SQL = """
+SELECT img ->> 'mime_type' AS mime_type, img ->> 'data' AS data
+FROM agent_chat_messages m CROSS JOIN LATERAL jsonb_array_elements(m.metadata -> 'images') AS img
+WHERE m.session_id = $1 AND m.user_id = $2 AND m.seq > 0 AND m.metadata ->> 'kind' = 'user_input'
+  AND img ->> 'id' = $3 AND img ? 'data'
+LIMIT 1
+"""
+
+
 def row_to_message(row: asyncpg.Record) -> StoredMessage:
     return StoredMessage(
         id=row["id"],

@@ -8,6 +8,7 @@ append leaves no row behind (a gap in seq at worst, never a duplicate).
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +17,12 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import ConflictError, session_not_found
+from agent_runtime.engine.errors import ConflictError, NotFoundError, session_not_found
 from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.messages.repository import (
     APPEND_SQL,
     COUNT_VISIBLE_SQL,
+    IMAGE_SQL,
     LATEST_VISIBLE_SQL,
     PAGE_VISIBLE_SQL,
     SESSION_OWNED_SQL,
@@ -128,7 +130,15 @@ class MessageStore:
             return total, await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
 
         total, rows = await self._pool.read(read)
-        return Page[StoredMessage](items=[row_to_message(r) for r in rows], total=total, limit=limit, offset=offset)
+        items = [row_to_message(r).for_client() for r in rows]
+        return Page[StoredMessage](items=items, total=total, limit=limit, offset=offset)
+
+    async def image(self, ctx: RequestContext, session_id: UUID, image_id: str) -> tuple[str, bytes]:
+        """An inline image of one of the caller's sessions (its type and bytes); 404 for anyone else's."""
+        row = await self._pool.fetchrow(IMAGE_SQL, session_id, ctx.user_id, image_id)
+        if row is None:
+            raise NotFoundError("image not found")
+        return row["mime_type"], base64.b64decode(row["data"])
 
     async def latest_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int) -> list[StoredMessage]:
         """The newest `limit` visible messages, oldest first (one index-backed read; no ownership error)."""

@@ -23,7 +23,6 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
-from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.memory.tokens import token_counter_for
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
@@ -42,12 +41,13 @@ from agent_runtime.engine.runs.lease.finish import CANCELLED, RunEnding, RunFail
 from agent_runtime.engine.runs.lease.keeper import LeaseKeeper
 from agent_runtime.engine.runs.lease.reservation import RunHold, RunReservation
 from agent_runtime.engine.runs.lease.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
 from agent_runtime.engine.runs.request.plan import TurnPlan, plan_turn
 from agent_runtime.engine.runs.request.turn_input import (
     TokenCounter,
-    check_token_budget,
+    check_turn_input,
     message_token_limit,
     rows_to_store,
 )
@@ -117,6 +117,7 @@ class RunService:
         self._stage_options: dict[str, CallOptions] = {
             stage: templates.call_options(stage, settings) for stage in STAGE_NAMES
         }
+        self._images = image_policy(self._stage_options, settings)
         configure_crewai_env(settings.data_dir)
 
     def _client(self) -> LLMClient:
@@ -163,8 +164,7 @@ class RunService:
     ) -> RunHandle:
         plan = plan_turn(run_input, thread.pending if thread else None, self.tool_map)
         limit = message_token_limit(self._settings.memory_max_tokens)
-        added: list[ChatMessage] = [*run_input.new_messages, *run_input.tool_results]
-        await check_token_budget(added, limit=limit, counter=self._token_counter)
+        run_input = await check_turn_input(run_input, limit=limit, counter=self._token_counter, images=self._images)
         self.admission.admit()
         try:
             admitted = await self._start_in_db(ctx, session_id, run_input, plan)

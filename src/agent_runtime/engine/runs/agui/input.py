@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.convert import from_agui
-from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
+from agent_runtime.engine.memory.messages import ImageAttachment, ToolMessage, UserMessage
 from agent_runtime.engine.runs.events.state import RUN_STATE_KEY
 from agent_runtime.engine.runs.request.frontend_tools import frontend_tools
+from agent_runtime.engine.runs.request.images import content_parts
 from agent_runtime.engine.runs.request.models import (
     MAX_CONTEXT_ITEMS,
     MAX_MESSAGE_CHARS,
@@ -130,12 +131,17 @@ def _client_state(state: object) -> dict[str, JsonValue] | None:
 
 
 def _user_message(index: int, message: agui.UserMessage) -> UserMessage:
+    loc: list[str | int] = ["body", "messages", index, "content"]
+    images: list[ImageAttachment] = []
+    if not isinstance(message.content, str):
+        # Image parts are taken here (request/images.py checks them before the run); memory's converter takes text.
+        text, images = content_parts(message.content, loc)
+        message = message.model_copy(update={"content": text})
     converted = from_agui(message)
     assert isinstance(converted, UserMessage)
-    if not 1 <= len(converted.content) <= MAX_MESSAGE_CHARS:
-        loc: list[str | int] = ["body", "messages", index, "content"]
+    if len(converted.content) > MAX_MESSAGE_CHARS or not (converted.content or images):
         raise _invalid("invalid user message", loc, f"a user message must have 1 to {MAX_MESSAGE_CHARS} characters")
-    return converted
+    return converted.model_copy(update={"images": images})
 
 
 def _tool_result(index: int, message: agui.ToolMessage) -> ToolMessage:

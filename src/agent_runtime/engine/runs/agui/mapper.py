@@ -158,10 +158,10 @@ def _lifecycle(
             assert_never(event)
 
 
-def _state(event: MessagesSnapshot | StateSnapshot | StateDelta) -> BaseEvent:
+def _state(event: MessagesSnapshot | StateSnapshot | StateDelta, thread_id: str) -> BaseEvent:
     match event:
         case MessagesSnapshot():
-            return MessagesSnapshotEvent(messages=[message_to_agui(m) for m in event.messages])
+            return MessagesSnapshotEvent(messages=[message_to_agui(m, session_id=thread_id) for m in event.messages])
         case StateSnapshot():
             return StateSnapshotEvent(snapshot=event.state)
         case StateDelta():
@@ -217,7 +217,7 @@ def to_agui(event: RunEvent, *, thread_id: str, run_id: str, legacy: bool = Fals
         case RunStarted() | RunFinished() | RunFailed():
             return [_lifecycle(event, thread_id, run_id, legacy=legacy)]
         case MessagesSnapshot() | StateSnapshot() | StateDelta():
-            return [_state(event)]
+            return [_state(event, thread_id)]
         case StageStarted():
             return [StepStartedEvent(step_name=event.stage)]
         case StageFinished():

@@ -18,6 +18,8 @@ from agent_runtime.engine.flow.model_call import (
 )
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
+from agent_runtime.engine.llm.vision import with_images
+from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
 from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
@@ -106,6 +108,9 @@ class RunGateway:
         self._stage: str | None = None
         # The tasks of the model calls in flight (each runs on the app's loop: engine/flow/crewai/llm.py).
         self._calls: set[asyncio.Task[object]] = set()
+        # The run's images by id, and the models that take them (show_images, once the window is read).
+        self.images: dict[str, str] = {}
+        self.image_models: frozenset[str] = frozenset()
 
     @property
     def tools(self) -> list[ToolSchema]:
@@ -144,6 +149,12 @@ class RunGateway:
                 route = {"route": "NEEDS_EXECUTION"} if stage == "execution" else {}
                 self._state.update(stage=stage, **route)
 
+    def show_images(self, window: Sequence[ChatMessage], accepted: frozenset[str]) -> None:
+        """The images the run's calls may carry: those of the window's user messages (the run's own session, read
+        owner-scoped), by id, and the models that take them."""
+        self.images = {i.id: i.wire_url() for m in window if isinstance(m, UserMessage) for i in m.images}
+        self.image_models = accepted
+
     def request(self, call: ModelCall) -> LLMRequest:
         """The LLM request for one of CrewAI's model calls (public for the tests of the prompt layout)."""
         options = self._options[call.stage]
@@ -152,7 +163,12 @@ class RunGateway:
         tools = self._tools or None
         return LLMRequest(
             model=options.model,
-            messages=[WireMessage.model_validate(m) for m in call.messages],
+            messages=with_images(
+                [WireMessage.model_validate(m) for m in call.messages],
+                self.images,
+                model=options.model,
+                accepted=self.image_models,
+            ),
             tools=tools,
             tool_choice=None if tools is None else "auto" if may_call_tools else "none",
             # Not next to tools the model may call: DeepSeek does not document the pair, and JSON mode can keep the

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
 from agent_runtime.engine.runs.request.frontend_tools import FrontendTool
+from agent_runtime.engine.runs.request.images import ImageInput
 from agent_runtime.engine.text import ClientText
 
 MAX_MESSAGE_CHARS = 20_000
@@ -119,6 +120,12 @@ class RunRequest(BaseModel):
     message_id: ClientText | None = Field(
         default=None, min_length=1, max_length=200, description="Client id for the message; generated if absent."
     )
+    images: list[ImageInput] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Images of the message (needs `message`): base64 `data` with its `mime_type`, or an https `url` "
+        "the provider fetches; at most MAX_IMAGES_PER_MESSAGE, each at most MAX_IMAGE_BYTES.",
+    )
     context: list[ContextItem] = Field(default_factory=list, max_length=MAX_CONTEXT_ITEMS)
     resume: list[ResumeDecision] = Field(
         default_factory=list,
@@ -138,6 +145,8 @@ class RunRequest(BaseModel):
     def _message_or_resume(self) -> RunRequest:
         if self.message is not None and self.resume:
             raise ValueError("send either a message or resume entries (not both)")
+        if self.images and self.message is None:
+            raise ValueError("images go with a message")
         if self.message is None and not self.resume and not self.tool_results:
             raise ValueError("send a message, resume entries or tool results")
         return self

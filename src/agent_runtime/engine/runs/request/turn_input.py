@@ -15,6 +15,7 @@ from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata
 from agent_runtime.engine.memory.postgres import to_new_message
 from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.runs.request.images import ImagePolicy, check_message_images
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.plan import TurnPlan
 
@@ -47,6 +48,16 @@ async def check_token_budget(
                     )
                 ],
             )
+
+
+async def check_turn_input(
+    run_input: RunInput, *, limit: int, counter: Callable[[], Awaitable[TokenCounter]], images: ImagePolicy
+) -> RunInput:
+    """The run's input with its images checked (limits, types, models that see them), and every added text
+    within the token budget; the input as it is to be stored."""
+    checked = run_input.model_copy(update={"new_messages": check_message_images(run_input.new_messages, images)})
+    await check_token_budget([*checked.new_messages, *checked.tool_results], limit=limit, counter=counter)
+    return checked
 
 
 def rows_to_store(run_input: RunInput, plan: TurnPlan, run_id: UUID) -> list[NewMessage]:

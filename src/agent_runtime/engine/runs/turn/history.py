@@ -16,7 +16,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from agent_runtime.engine.memory.messages import TURN_SEPARATOR, ChatMessage, UserMessage, merge_consecutive_users
+from agent_runtime.engine.memory.messages import (
+    TURN_SEPARATOR,
+    ChatMessage,
+    UserMessage,
+    merge_consecutive_users,
+    user_text,
+)
 from agent_runtime.engine.memory.summary import SUMMARY_ID_PREFIX
 
 
@@ -39,10 +45,12 @@ def split_turn(window: Sequence[ChatMessage]) -> ModelTurn:
     first = last
     while first > 0 and isinstance(window[first - 1], UserMessage) and not _is_summary(window[first - 1]):
         first -= 1
-    request = TURN_SEPARATOR.join(m.content for m in window[first : last + 1])
+    # With each message's image markers (user_text): the gateway turns them into the images of the turn.
+    request = TURN_SEPARATOR.join(user_text(m) for m in window[first : last + 1] if isinstance(m, UserMessage))
     history = merge_consecutive_users(window[:first])
     if history and isinstance(history[-1], UserMessage):
         # Only the summary ends a history as a user message (the window kept nothing but this turn after a cut):
         # it goes in front of the request, which is a user message too.
-        request = history.pop().content + TURN_SEPARATOR + request
+        summary = history.pop()
+        request = summary.content + TURN_SEPARATOR + request
     return ModelTurn(history=history, request=request, continuation=list(window[last + 1 :]))

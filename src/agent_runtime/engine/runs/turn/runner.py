@@ -27,6 +27,7 @@ from agent_runtime.engine.flow.tools import ToolRegistry
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
+from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.messages.models import NewMessage
@@ -172,6 +173,7 @@ class TurnRunner:
                 before_send=gateway.hold,
             ),
         )
+        gateway.show_images(window, image_models(self._settings))
         turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
         state = build_state(

@@ -30,8 +30,8 @@ SNAPSHOT_MAX_MESSAGES = 100
 def stored_to_chat(row: StoredMessage) -> ChatMessage:
     common = {"id": row.message_id, "created_at": row.created_at, "content": row.content}
     match row.metadata:
-        case UserInputMetadata():
-            return UserMessage(**common)
+        case UserInputMetadata(images=images):
+            return UserMessage(**common, images=images or [])
         case ToolCallMetadata(tool_calls=calls):
             return AssistantMessage(**common, tool_calls=calls)
         case AssistantOutputMetadata():
