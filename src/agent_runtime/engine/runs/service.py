@@ -23,6 +23,7 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.memories.service import MemoryService
 from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.memory.tokens import token_counter_for
 from agent_runtime.engine.messages.models import NewMessage
@@ -109,10 +110,13 @@ class RunService:
         )
         self.events = EventStore(pool)
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested)
-        self._tools = engine_tools(ProfileService(pool))
+        self.memories = MemoryService(settings, pool, self._client)
+        self._tools = engine_tools(ProfileService(pool), self.memories)
         self._tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
+        self._turns = TurnRunner(
+            settings, pool, messages, templates, self._tools, self._threads, self._client, memories=self.memories
+        )
         self._stage_options: dict[str, CallOptions] = {
             stage: templates.call_options(stage, settings) for stage in STAGE_NAMES
         }
@@ -254,6 +258,7 @@ class RunService:
                 return
             observability.run_completed()
             await self._announce(job, end, result)
+            self._turns.remember(job.turn, result)  # long-term memories, in the background
         finally:
             self._jobs.pop(job.run_id, None)
             self.admission.release()
@@ -388,4 +393,5 @@ class RunService:
         await (self._draining if self._draining is not None else self.drain())
         await self.leases.stop()
         await self.hub.stop()
+        await self.memories.aclose()
         self._threads.shutdown()
