@@ -55,10 +55,10 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
     templates = load_flow_templates(CONFIG_DIR)
     assert {stage: templates.stage(stage).agent.tools for stage in ("intent", "execution", "organization")} == {
         "intent": [],
-        "execution": ["current_time", "calculator", "update_bio"],
+        "execution": ["current_time", "calculator", "update_bio", "forget_memory"],
         "organization": [],
     }
-    assert templates.execution.agent.requires_approval == ["update_bio"]
+    assert templates.execution.agent.requires_approval == ["update_bio", "forget_memory"]
     # The static texts (in the system prompt) take only the schema; the per-call request takes the values.
     for stage in ("intent", "execution", "organization"):
         task = templates.stage(stage).task
@@ -222,7 +222,7 @@ def _description_with(extra: str, stage: str = "execution", key: str = "descript
         (
             _set("agents", "execution", "tools", ["current_time", "shell"]),
             "agents.yaml",
-            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator, update_bio)",
+            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator, update_bio, forget_memory)",
         ),
         (
             _set("agents", "execution", "tools", ["calculator", "calculator"]),

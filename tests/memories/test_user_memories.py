@@ -13,9 +13,9 @@ from tests.conftest import User
 from tests.flow.test_prompt import HOSTILE, INJECTION
 from tests.runs.conftest import Harness, MakeHarness, make_harness, text_messages
 
+from agent_runtime.engine.llm import demo_memories
 from agent_runtime.engine.memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
 from agent_runtime.engine.memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
-from agent_runtime.engine.llm import demo_memories
 
 __all__ = ["make_harness"]  # the fixture, shared with tests/runs/
 
@@ -151,7 +151,9 @@ async def test_forget_runs_through_the_approval_tool(mh: Harness, make_user: Cal
     assert len(texts(await memories(mh, user))) == 2  # nothing deleted before the user approves
     interrupt = finished["outcome"]["interrupts"][0]["id"]
     resumed = await mh.client.post(
-        f"/v1/sessions/{sid}/runs", headers=user.headers, json={"resume": [{"interrupt_id": interrupt, "status": "resolved"}]}
+        f"/v1/sessions/{sid}/runs",
+        headers=user.headers,
+        json={"resume": [{"interrupt_id": interrupt, "status": "resolved"}]},
     )
     assert resumed.status_code == 200, resumed.text
     assert "Madrid" in resumed.text
