@@ -100,7 +100,7 @@ WORDS_ZH = {
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def run_turn(client: httpx.AsyncClient, engine: Any, headers: dict[str, str], sid: str, text: str) -> str:
@@ -140,7 +140,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                     ctx = RequestContext(user_id=user_id)
                     headers = {"Authorization": f"Bearer {mint_token(settings, user_id)}"}
 
-                    async def session() -> str:
+                    async def session(headers: dict[str, str] = headers) -> str:
                         created = await client.post("/v1/sessions", headers=headers)
                         return str(created.json()["id"])
 
@@ -216,11 +216,9 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from agent_runtime.engine.context import RequestContext
     from agent_runtime.engine.memories.embeddings import LocalEmbedder, vector_literal
-    from agent_runtime.engine.memories.store import MemoryStore
 
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     embedder = LocalEmbedder()
-    store = MemoryStore(pool, embedder)
     rng = random.Random(11)
     users = [uuid.uuid4() for _ in range(1 + args.others)]
     counts = [args.big] + [args.big // 5] * args.others
@@ -234,7 +232,8 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                 vectors.append(vector_literal([x / norm for x in v]))
             await pool.execute(
                 "INSERT INTO user_memories (user_id, text, embedding, embedding_model) "
-                "SELECT $1, 'The user filler fact ' || i, v::vector, $3 FROM unnest($2::text[]) WITH ORDINALITY AS t(v, i)",
+                "SELECT $1, 'The user filler fact ' || i, v::vector, $3 "
+                "FROM unnest($2::text[]) WITH ORDINALITY AS t(v, i)",
                 user_id,
                 vectors,
                 embedder.model,
@@ -258,8 +257,9 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         sql_ms.append((t2 - t1) * 1000)
         total_ms.append((t2 - t0) * 1000)
     plan = await pool.fetch(
-        "EXPLAIN " + RECALL_SQL.replace("$2", "'" + vector_literal(emb.vectors[0]) + "'"),
+        "EXPLAIN " + RECALL_SQL,
         ctx.user_id,
+        vector_literal(emb.vectors[0]),
         embedder.model,
         5,
         None,
@@ -279,14 +279,18 @@ async def main_async(args: argparse.Namespace) -> None:
 
             await apply_migrations(server.url_for(name))
             conv = await conversations(server.url_for(name), args)
+            print_conversations(conv, args)
             lat = await latency(server.url_for(name), args)
+            print_latency(lat, conv, args)
         finally:
             await drop_database(server, name)
     finally:
         if server.embedded is not None:
             server.embedded.stop()
+
+
+def print_conversations(conv: dict[str, Any], args: argparse.Namespace) -> None:
     q = conv["questions"]
-    ext = conv["extraction"]
     print("| measure | result | target |")
     print("|---|---|---|")
     print(
@@ -297,6 +301,10 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"| stale fact in top 5 after an update | {conv['stale']} | 0 |")
     print(f"| deleted fact recalled or in the answer | {conv['deleted_stale']} | 0 |")
     print(f"| demo answer quotes the target fact | {conv['answered']}/{q} | |")
+
+
+def print_latency(lat: dict[str, Any], conv: dict[str, Any], args: argparse.Namespace) -> None:
+    ext = conv["extraction"]
     print(
         f"| recall SQL p50 / p99 at {args.big:,} memories ({lat['rows']:,} rows, plan {lat['plan']}) | "
         f"{pct(lat['sql'], 0.5):.1f} / {pct(lat['sql'], 0.99):.1f} ms | p99 < 20 ms |"
