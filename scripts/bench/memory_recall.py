@@ -5,7 +5,7 @@
 
 Prints: recall@5 of the target fact, stale facts (updated or deleted) in the top 5, the demo answer quoting the
 fact, recall latency p50/p99 at --big memories for one user (SQL alone and with the query's embedding), and the
-extraction call's size in tokens and CNY (DeepSeek flash prices at peak, its prompt prefix cached after the first).
+the CNY memories add per turn (extraction calls and recall blocks, DeepSeek tokenizer, deepseek-flash peak prices).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import httpx  # noqa: E402
+from tests.runs.conftest import parse_sse, text_messages  # noqa: E402
 from tests.support.database import LOCAL_SERVER, PgServer, create_database, drop_database, find_server  # noqa: E402
 
 # (plant session, update session, deleted-fact session, questions: (question, target, stale texts)).
@@ -98,6 +99,10 @@ WORDS_ZH = {
 }
 
 
+# A turn of the 10-turn English conversation without tools (docs/benchmarks.md, "Conversation cost": 0.0223 CNY).
+TURN_CNY = Decimal("0.00223")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -107,14 +112,14 @@ async def run_turn(client: httpx.AsyncClient, engine: Any, headers: dict[str, st
     response = await client.post(f"/v1/sessions/{sid}/runs", headers=headers, json={"message": text})
     await engine.runs.wait_idle()
     await engine.memories.wait_idle()
-    return response.text
+    return "\n".join(text_messages(parse_sse(response.text)).values())
 
 
 async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     from agent_runtime.api.app import create_app
     from agent_runtime.engine.auth import mint_token
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memories.models import TurnFacts
+    from agent_runtime.engine.memories.block import recall_block
     from agent_runtime.settings import Settings
 
     settings = Settings(
@@ -132,6 +137,8 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(7)
     async with app.router.lifespan_context(app):
         engine = app.state.engine
+        calls = record_extraction_calls(engine)
+        blocks: list[str] = []
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as client:
             for lang, script, people in (("en", EN, EN_PEOPLE), ("zh", ZH, ZH_PEOPLE)):
@@ -170,6 +177,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                         recall = await engine.memories.store.recall(ctx, question, k=5, session_id=None)
                         top = [h.text for h in recall.hits]
                         reply = await run_turn(client, engine, headers, await session(), question)
+                        blocks.append(recall_block(top))
                         stale_texts = [s.format(**person) for s in stale]
                         if target is None:
                             stats["deleted_stale"] += sum(s in top or s in reply for s in stale_texts)
@@ -181,34 +189,60 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                             stats["hit5"] += 1
                             per_lang[lang][0] += 1
                         stats["stale"] += sum(s in top for s in stale_texts)
-                        stats["answered"] += goal in reply.encode().decode("unicode_escape", "ignore") or goal in reply
-            facts = TurnFacts(
-                session_id=uuid.uuid4(),
-                run_id="bench",
-                user_text=EN["plant"].format(**EN_PEOPLE[0]),
-                user_message_ids=["u"],
-                answer_text="[demo model] Nice to meet you.",
-                answer_message_id="a",
-            )
-            stats["extraction"] = extraction_size(engine, facts)
+                        stats["answered"] += goal in reply
+            stats["extraction"] = extraction_cost(calls, blocks, stats["turns"] + len(blocks))
     stats["per_lang"] = per_lang
     return stats
 
 
-def extraction_size(engine: Any, facts: Any) -> dict[str, Any]:
-    from agent_runtime.engine.memories.extraction import turn_data
+def record_extraction_calls(engine: Any) -> list[tuple[list[str], str]]:
+    """Every extraction call's messages and answer (wraps the memory service's client)."""
+    calls: list[tuple[list[str], str]] = []
+    service = engine.memories
+    make_client = service._llm
+
+    class Recording:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        async def complete(self, request: Any, **kwargs: Any) -> Any:
+            response = await self._inner.complete(request, **kwargs)
+            calls.append(([m.content or "" for m in request.messages], response.content))
+            return response
+
+    service._llm = lambda: Recording(make_client())
+    return calls
+
+
+def extraction_cost(calls: list[tuple[list[str], str]], blocks: list[str], turns: int) -> dict[str, Any]:
+    """What memories add per turn at deepseek-flash peak prices, counted with DeepSeek's tokenizer: each
+    extraction call (its system message cached, its data and answer not; the demo's answer stands in for a real
+    model's, which writes the same operations) and each recall block (new tokens once, in the turn's first call)."""
+    from agent_runtime.engine.memory.messages import AssistantMessage, SystemMessage, UserMessage
     from agent_runtime.engine.memory.tokens import token_counter_for
 
     count = token_counter_for("deepseek/deepseek-flash")
-    system = engine.runs.memories._task.system
-    from agent_runtime.engine.memory.messages import SystemMessage, UserMessage
-
-    system_tokens = count(SystemMessage(content=system))
-    data_tokens = count(UserMessage(content=turn_data(facts, [])))
-    output_tokens = 80  # three operations of ~25 tokens and the keys: a generous real answer
     hit, miss, out = Decimal("0.04"), Decimal("2"), Decimal("8")  # CNY per million, deepseek-flash at peak
-    cost = (system_tokens * hit + data_tokens * miss + output_tokens * out) / Decimal(1_000_000)
-    return {"system": system_tokens, "data": data_tokens, "output": output_tokens, "cny": cost}
+    system = data = output = 0
+    for messages, answer in calls:
+        system += count(SystemMessage(content=messages[0]))
+        data += count(UserMessage(content=messages[1]))
+        output += count(AssistantMessage(content=answer))
+    block = sum(count(UserMessage(content=b)) for b in blocks if b)
+    extraction = (system * hit + data * miss + output * out) / Decimal(1_000_000)
+    recall = block * miss / Decimal(1_000_000)
+    n = max(1, len(calls))
+    return {
+        "calls": len(calls),
+        "turns": turns,
+        "system": system // n,
+        "data": data // n,
+        "output": output // n,
+        "block": block // max(1, len(blocks)),
+        "per_turn": (extraction + recall) / turns,
+        "extraction_per_turn": extraction / turns,
+        "recall_per_turn": recall / turns,
+    }
 
 
 async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -315,10 +349,18 @@ def print_latency(lat: dict[str, Any], conv: dict[str, Any], args: argparse.Name
     )
     print(f"| recall end to end p50 / p99 | {pct(lat['total'], 0.5):.1f} / {pct(lat['total'], 0.99):.1f} ms | |")
     print(
-        f"| extraction call: system (cached) / data / output tokens | {ext['system']} / {ext['data']} / "
+        f"| extraction calls / turns (a turn without first-person words: no call) | {ext['calls']} / {ext['turns']} | |"
+    )
+    print(
+        f"| tokens per extraction call: system (cached) / data / output | {ext['system']} / {ext['data']} / "
         f"{ext['output']} | |"
     )
-    print(f"| extraction CNY per turn (deepseek-flash, peak) | {ext['cny']:.6f} | < 15 % of a turn |")
+    print(f"| recall block tokens per question turn (new, at the miss price once) | {ext['block']} | |")
+    share = ext["per_turn"] / TURN_CNY * 100
+    print(
+        f"| added CNY per turn (extraction {ext['extraction_per_turn']:.6f} + recall {ext['recall_per_turn']:.6f}) | "
+        f"{ext['per_turn']:.6f} = {share:.1f} % of a {TURN_CNY} CNY turn | < 15 % |"
+    )
     print(f"(mean of {statistics.mean(lat['sql']):.1f} ms SQL over {len(lat['sql'])} samples)")
 
 

@@ -22,7 +22,7 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.embeddings import litellm_embed
 from agent_runtime.engine.memories.block import recall_block
 from agent_runtime.engine.memories.embeddings import LOCAL_MODEL, Embedder, LiteLLMEmbedder, LocalEmbedder
-from agent_runtime.engine.memories.extraction import ExtractionTask, MemoryExtractor, embedding_rows
+from agent_runtime.engine.memories.extraction import ExtractionTask, MemoryExtractor, embedding_rows, worth_extracting
 from agent_runtime.engine.memories.models import MemoryPage, RecalledMemory, TurnFacts
 from agent_runtime.engine.memories.store import MemoryStore
 from agent_runtime.engine.messages.models import NewMessage
@@ -111,8 +111,8 @@ class MemoryService:
     # -- after a run ---------------------------------------------------------------------------------
     def after_turn(self, ctx: RequestContext, facts: TurnFacts, *, end_user: str | None) -> None:
         """Start the turn's extraction in the background (never awaited by the run)."""
-        if self._task is None or not facts.user_text.strip():
-            return
+        if self._task is None or not worth_extracting(facts.user_text):
+            return  # nothing said in the first person: no fact about the user to keep, no call
         task = asyncio.create_task(self._extract(ctx, facts, end_user), name=f"memories-{facts.run_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
