@@ -4,7 +4,7 @@
     uv run python scripts/bench/memory_recall.py [--database-url URL] [--big 10000] [--distractors 40]
 
 Prints: recall@5 of the target fact, stale facts (updated or deleted) in the top 5, the demo answer quoting the
-fact, recall latency p50/p99 at --big memories for one user (SQL alone and with the query's embedding), and the
+fact, recall latency p50/p99 at --big memories for one user (SQL alone and with the query's embedding), and
 the CNY memories add per turn (extraction calls and recall blocks, DeepSeek tokenizer, deepseek-flash peak prices).
 """
 
@@ -177,7 +177,9 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                         recall = await engine.memories.store.recall(ctx, question, k=5, session_id=None)
                         top = [h.text for h in recall.hits]
                         reply = await run_turn(client, engine, headers, await session(), question)
-                        blocks.append(recall_block(top))
+                        # What the turn was shown: the hits within the margin of the best one (MemoryService.recall).
+                        floor = recall.hits[0].similarity - settings.user_memories_recall_margin if recall.hits else 0
+                        blocks.append(recall_block([h.text for h in recall.hits if h.similarity >= floor]))
                         stale_texts = [s.format(**person) for s in stale]
                         if target is None:
                             stats["deleted_stale"] += sum(s in top or s in reply for s in stale_texts)

@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     memory_embedding_threads: int = Field(default=1, ge=1, le=16)
     user_memories_recall_k: int = Field(default=5, ge=1, le=20)
     user_memories_recall_max_tokens: int = Field(default=400, ge=50, le=4000)
+    # Shown only within this much cosine similarity of the best hit (the rest is unrelated: fewer tokens).
+    user_memories_recall_margin: float = Field(default=0.05, ge=0, le=2)
     user_memories_max_chars: int = Field(default=300, ge=20, le=500)
     # Background extractions at once per process (more wait; each is one model call and a few statements).
     user_memories_extraction_concurrency: int = Field(default=2, ge=1, le=64)

@@ -43,7 +43,7 @@ _DATA_INTRO = (
 # The turn as the extraction sees it: long messages are cut (a fact is in a sentence, not in a whole essay); the
 # reply only as context (facts are the user's own words).
 MAX_TURN_CHARS = 2000
-MAX_REPLY_CHARS = 400
+MAX_REPLY_CHARS = 200
 # A durable fact about the user is said in the first person: a turn without a first-person word (a question like
 # "what is 12*7?") is not sent to the model at all. English, Chinese and a few common languages' pronouns.
 _FIRST_PERSON = re.compile(
@@ -52,9 +52,16 @@ _FIRST_PERSON = re.compile(
 )
 
 
+_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
+
+
 def worth_extracting(user_text: str) -> bool:
-    """Whether the turn can hold a fact about the user (its user message says something in the first person)."""
-    return _FIRST_PERSON.search(user_text) is not None
+    """Whether the turn can hold a fact about the user: a sentence of its user message that says something in the
+    first person and is not a question ("Where do I live?" teaches nothing; "I moved to Paris." does)."""
+    return any(
+        _FIRST_PERSON.search(sentence) is not None and not sentence.rstrip().endswith(("?", "？"))
+        for sentence in _SENTENCE.findall(user_text)
+    )
 
 
 def schema_text() -> str:

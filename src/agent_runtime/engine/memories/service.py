@@ -94,8 +94,11 @@ class MemoryService:
         `message_id` (its last user message), and what the session's earlier turns were shown."""
         found = await self.store.recall(ctx, text, k=self._settings.user_memories_recall_k, session_id=session_id)
         budget = self._settings.user_memories_recall_max_tokens
+        floor = (found.hits[0].similarity if found.hits else 0.0) - self._settings.user_memories_recall_margin
         hits: list[RecalledMemory] = []
         for hit in found.hits:
+            if hit.similarity < floor:
+                break  # ordered by similarity: the rest are further still
             budget -= approx_tokens(hit.text)
             if budget < 0:
                 break
