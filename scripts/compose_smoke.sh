@@ -260,7 +260,8 @@ ensure_standin() { # $1: image name as the project's files write it
     debian_base
     case "${image}" in
         python:3.11-slim*) standin_python "${image}" ;;
-        postgres:* | pgvector/pgvector:*) standin_postgres "${image}" ;;
+        postgres:*) standin_postgres "${image}" ;;
+        pgvector/pgvector:*) standin_postgres "${image}" ;;
         *) die "no stand-in recipe for ${image} (scripts/compose_smoke.sh): add one" ;;
     esac
     echo "${image}: stand-in built"

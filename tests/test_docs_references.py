@@ -47,6 +47,7 @@ ELSEWHERE = {
     "CREWAI_DISABLE_TELEMETRY": "src/agent_runtime/engine/flow/crewai/env.py",  # set for CrewAI before its import
     "OTEL_SDK_DISABLED": "src/agent_runtime/engine/flow/crewai/env.py",  # deliberately not set
     "DIRECT_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",  # the intent stage's routes
+    "RECALLED_MEMORIES_JSON": "src/agent_runtime/engine/memories/block.py",  # the recall block's markers
     "NEEDS_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",
 }
 # Files of other projects that the docs name (CrewAI's and LiteLLM's sources, the benchmark peer's).

@@ -351,7 +351,7 @@ def print_latency(lat: dict[str, Any], conv: dict[str, Any], args: argparse.Name
     )
     print(f"| recall end to end p50 / p99 | {pct(lat['total'], 0.5):.1f} / {pct(lat['total'], 0.99):.1f} ms | |")
     print(
-        f"| extraction calls / turns (a turn without first-person words: no call) | {ext['calls']} / {ext['turns']} | |"
+        f"| extraction calls / turns (no first-person statement: no call) | {ext['calls']} / {ext['turns']} | |"
     )
     print(
         f"| tokens per extraction call: system (cached) / data / output | {ext['system']} / {ext['data']} / "

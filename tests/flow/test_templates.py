@@ -71,7 +71,8 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
     assert templates.organization.task.request == "Write the reply to the user from your execution report above.\n"
     # Each task's model choice is written down: the service's model, thinking off (tasks.yaml says why).
     assert {name: (task.model, task.thinking, task.reasoning_effort) for name, task in templates.tasks().items()} == {
-        name: (None, "disabled", None) for name in ("intent", "execution", "organization", "memory_summary")
+        name: (None, "disabled", None)
+        for name in ("intent", "execution", "organization", "memory_summary", "memory_extraction")
     }
     # Every model call has an output cap: each stage's, and the memory summary's.
     assert {stage: templates.stage(stage).task.max_tokens for stage in ("intent", "execution", "organization")} == {

@@ -274,7 +274,28 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
                 },
             },
         },
-        TOOLS.get("forget_memory").openai_schema().model_dump(exclude_none=True),
+        {
+            "type": "function",
+            "function": {
+                "name": "forget_memory",
+                "description": "Delete what the assistant remembers about the user that matches the given text "
+                "(long-term memory; runs only after the user approves).",
+                "parameters": {
+                    "additionalProperties": False,
+                    "properties": {
+                        "what": {
+                            "description": "What to forget, as the user said it, e.g. 'I live in Paris'.",
+                            "maxLength": 500,
+                            "minLength": 1,
+                            "title": "What",
+                            "type": "string",
+                        }
+                    },
+                    "required": ["what"],
+                    "type": "object",
+                },
+            },
+        },
     ]
     # The follow-up execution call carries the model's tool call and the result under the same id.
     *_, tool_call_turn, tool_turn = model.calls[2].messages
