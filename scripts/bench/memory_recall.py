@@ -350,9 +350,7 @@ def print_latency(lat: dict[str, Any], conv: dict[str, Any], args: argparse.Name
         f"{pct(lat['embed'], 0.99):.1f} ms | |"
     )
     print(f"| recall end to end p50 / p99 | {pct(lat['total'], 0.5):.1f} / {pct(lat['total'], 0.99):.1f} ms | |")
-    print(
-        f"| extraction calls / turns (no first-person statement: no call) | {ext['calls']} / {ext['turns']} | |"
-    )
+    print(f"| extraction calls / turns (no first-person statement: no call) | {ext['calls']} / {ext['turns']} | |")
     print(
         f"| tokens per extraction call: system (cached) / data / output | {ext['system']} / {ext['data']} / "
         f"{ext['output']} | |"
