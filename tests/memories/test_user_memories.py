@@ -33,6 +33,7 @@ async def say(h: Harness, user: User, text: str, session_id: str | None = None) 
     sid = session_id or await h.new_session(user)
     result = await h.run(user, sid, text)
     assert result.status == 200, result.body
+    assert result.of_type("RUN_FINISHED") and not result.of_type("RUN_ERROR"), result.body
     await h.engine.runs.wait_idle()
     await h.engine.memories.wait_idle()
     return "\n".join(text_messages(result.events).values())
@@ -111,12 +112,14 @@ async def test_another_user_sees_deletes_and_recalls_none_of_them(mh: Harness, m
     own = await memories(mh, alice)
     memory_id = own["items"][0]["id"]
     assert (await memories(mh, mallory))["total"] == 0
+    assert (await memories(mh, mallory))["items"] == []
     assert (await memories(mh, mallory, q="Lisbon"))["items"] == []
     deleted = await mh.client.delete(f"/v1/memories/{memory_id}", headers=mallory.headers)
     assert deleted.status_code == 404 and deleted.json()["error"]["code"] == "not_found"
     assert (await mh.client.delete("/v1/memories", headers=mallory.headers)).status_code == 204
     assert texts(await memories(mh, alice)) == ["The user lives in Lisbon."]
-    assert "Lisbon" not in await say(mh, mallory, "Where do I live?")
+    reply = await say(mh, mallory, "Where do I live?")
+    assert reply and "I remember" not in reply and "Lisbon" not in reply
     assert (await mh.client.get("/v1/memories")).status_code == 401
 
 
@@ -142,7 +145,8 @@ async def test_deleting_a_session_keeps_its_memories(mh: Harness, make_user: Cal
 
 
 async def test_forget_runs_through_the_approval_tool(mh: Harness, make_user: Callable[[], User]) -> None:
-    user = make_user()
+    user, neighbour = make_user(), make_user()
+    await say(mh, neighbour, "I live in Madrid.")
     await say(mh, user, "I live in Madrid. My name is Eva.")
     sid = await mh.new_session(user)
     first = await mh.run(user, sid, "Please forget that I live in Madrid")
@@ -160,6 +164,7 @@ async def test_forget_runs_through_the_approval_tool(mh: Harness, make_user: Cal
     await mh.engine.runs.wait_idle()
     await mh.engine.memories.wait_idle()
     assert texts(await memories(mh, user)) == ["The user's name is Eva."]
+    assert texts(await memories(mh, neighbour)) == ["The user lives in Madrid."]  # only the caller's are forgotten
 
 
 async def test_injected_text_stays_quoted_data(mh: Harness, make_user: Callable[[], User]) -> None:
