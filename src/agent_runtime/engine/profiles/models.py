@@ -123,7 +123,7 @@ class MemorySettings(BaseModel):
     """Long-term memories (docs/memories.md): off = nothing is stored or recalled for this user (what is stored
     stays until deleted with DELETE /v1/memories)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"enabled": False}]})
     enabled: bool = True
 
 
