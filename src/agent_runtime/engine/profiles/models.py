@@ -124,7 +124,7 @@ class MemorySettings(BaseModel):
     stays until deleted with DELETE /v1/memories)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"enabled": False}]})
-    enabled: bool = True
+    enabled: bool = Field(default=True, strict=True)
 
 
 class ProfileSettingsV2(BaseModel):
