@@ -14,13 +14,15 @@ if [ -z "${major}" ]; then
     echo "install_pgvector: no PostgreSQL under /usr/lib/postgresql" >&2
     exit 1
 fi
-if [ -f "/usr/share/postgresql/${major}/extension/vector.control" ]; then
+# PGVECTOR_FORCE_BUILD=1: build from source even when installed (to test the build path).
+force="${PGVECTOR_FORCE_BUILD:-0}"
+if [ "${force}" != 1 ] && [ -f "/usr/share/postgresql/${major}/extension/vector.control" ]; then
     echo "pgvector: already installed for PostgreSQL ${major}"
     exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-if apt-get install -y -qq "postgresql-${major}-pgvector" >/dev/null 2>&1; then
+if [ "${force}" != 1 ] && apt-get install -y -qq "postgresql-${major}-pgvector" >/dev/null 2>&1; then
     echo "pgvector: installed postgresql-${major}-pgvector"
     exit 0
 fi
