@@ -93,3 +93,21 @@ async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
 
     with pytest.raises(ValueError, match="384"):
         await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query")
+
+
+async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> None:
+    import threading
+
+    from agent_runtime.engine.memories.embeddings import LocalEmbedder
+
+    embedder = LocalEmbedder(threads=1)
+    try:
+        passages = await embedder.embed(["The user is allergic to peanuts.", "用户住在上海。"], "passage")
+        query = await embedder.embed(["我住在哪里？"], "query")
+        assert {t.name for t in threading.enumerate() if t.name.startswith("embedding")} == {"embedding_0"}
+        assert all(len(v) == 384 for v in [*passages.vectors, *query.vectors])
+        scores = [sum(a * b for a, b in zip(p, query.vectors[0], strict=True)) for p in passages.vectors]
+        assert scores[1] > scores[0]  # the Chinese question finds the Chinese fact by meaning
+        assert passages.cost_cny == 0
+    finally:
+        embedder.close()
