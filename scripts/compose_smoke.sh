@@ -15,7 +15,8 @@
 # small recipe below. They carry the label agent-runtime.smoke-standin and are kept between runs;
 # an image of that name without the label (a real, pulled one) is used as it is. Known gaps: the
 # python stand-in is Debian's CPython 3.11.2 (not python.org's build in /usr/local), the postgres
-# one is Debian bookworm's PostgreSQL 15 under the postgres:16 tag (Debian ships no 16).
+# one is Debian bookworm's PostgreSQL 15 (with pgvector, built from Debian's source package) under the
+# pgvector/pgvector:pg16 tag (Debian ships no 16).
 #
 # Package index inside the build: the Dockerfile defaults to public PyPI; this script passes the
 # host's PIP_INDEX_URL / UV_DEFAULT_INDEX (or UV_INDEX_URL, pip's global.index-url) when set, and
@@ -185,14 +186,18 @@ EOF
     docker build -q --network host -t "$1" "${WORK}/python" >/dev/null
 }
 
-standin_postgres() { # $1: the tag, e.g. postgres:16
+standin_postgres() { # $1: the tag, e.g. pgvector/pgvector:pg16
     local major=15 # Debian bookworm's PostgreSQL, whatever the tag says
-    mkdir -p "${WORK}/postgres" && cat >"${WORK}/postgres/Dockerfile" <<EOF
+    mkdir -p "${WORK}/postgres" && cp "${ROOT}/scripts/ci/install_pgvector.sh" "${WORK}/postgres/"
+    cat >"${WORK}/postgres/Dockerfile" <<EOF
 FROM ${BASE_IMAGE}
 RUN mkdir -p /etc/postgresql-common \\
     && echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.conf \\
     && apt-get update && apt-get install -y postgresql-${major} \\
     && rm -rf /var/lib/apt/lists/*
+# pgvector (the compose file's pgvector/pgvector image has it): Debian's package, or its source built.
+COPY install_pgvector.sh /usr/local/bin/
+RUN bash /usr/local/bin/install_pgvector.sh ${major} && rm -rf /var/lib/apt/lists/*
 ENV PATH=/usr/lib/postgresql/${major}/bin:\$PATH PGDATA=/var/lib/postgresql/data
 COPY docker-entrypoint.sh /usr/local/bin/
 ENTRYPOINT ["docker-entrypoint.sh"]
@@ -256,6 +261,7 @@ ensure_standin() { # $1: image name as the project's files write it
     case "${image}" in
         python:3.11-slim*) standin_python "${image}" ;;
         postgres:*) standin_postgres "${image}" ;;
+        pgvector/pgvector:*) standin_postgres "${image}" ;;
         *) die "no stand-in recipe for ${image} (scripts/compose_smoke.sh): add one" ;;
     esac
     echo "${image}: stand-in built"

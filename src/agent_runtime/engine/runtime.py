@@ -16,6 +16,7 @@ from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, Templ
 from agent_runtime.engine.llm.call_builder import model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.client import Clock
+from agent_runtime.engine.memories.service import MemoryService
 from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.service import RunService
@@ -40,6 +41,7 @@ class RuntimeEngine:
     messages: MessageStore = field(init=False)
     usage: UsageService = field(init=False)
     runs: RunService = field(init=False)
+    memories: MemoryService = field(init=False)
 
     def __post_init__(self) -> None:
         self.profiles = ProfileService(self.pool)
@@ -47,6 +49,7 @@ class RuntimeEngine:
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool, self.settings.user_quotas)
         self.runs = RunService(self.settings, self.pool, self.messages, self.templates, dsn=self.dsn, clock=self.clock)
+        self.memories = self.runs.memories
 
     async def is_ready(self) -> bool:
         try:

@@ -198,7 +198,12 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
         }
     )
     events: list[StageToolResult] = []
-    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]), runner=runner)
+    deps = deps_for(
+        model,
+        events,
+        tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")]),
+        runner=runner,
+    )
 
     state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
 
@@ -265,6 +270,28 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
                         }
                     },
                     "required": ["bio"],
+                    "type": "object",
+                },
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "forget_memory",
+                "description": "Delete what the assistant remembers about the user that matches the given text "
+                "(long-term memory; runs only after the user approves).",
+                "parameters": {
+                    "additionalProperties": False,
+                    "properties": {
+                        "what": {
+                            "description": "What to forget, as the user said it, e.g. 'I live in Paris'.",
+                            "maxLength": 500,
+                            "minLength": 1,
+                            "title": "What",
+                            "type": "string",
+                        }
+                    },
+                    "required": ["what"],
                     "type": "object",
                 },
             },
@@ -466,7 +493,11 @@ async def test_prose_after_a_tool_result_is_repaired_without_tools(runner: FlowR
             "organization": [reply(ORGANIZED)],
         }
     )
-    deps = deps_for(model, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]), runner=runner)
+    deps = deps_for(
+        model,
+        tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")]),
+        runner=runner,
+    )
 
     state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
 
@@ -501,7 +532,9 @@ async def test_a_tool_call_in_a_repair_is_refused_and_never_run(then: str) -> No
         }
     )
     events: list[StageToolResult] = []
-    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]))
+    deps = deps_for(
+        model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
+    )
 
     if then == "answers":
         assert (await run_agent_flow(state_for(), deps)).execution == EXECUTED
@@ -646,7 +679,9 @@ async def test_tool_arguments_that_crewai_cannot_take_end_the_stage_as_invalid_m
     calculator = RecordingCalculator()
     call = ToolCallSpec(id="call_x", name="calculator", arguments=arguments)
     model = FakeModel({"intent": [reply(NEEDS)], "execution": [ModelReply(tool_calls=[call]), reply(EXECUTED)]})
-    deps = deps_for(model, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]))
+    deps = deps_for(
+        model, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
+    )
 
     with pytest.raises(StageOutputError) as raised:
         await run_agent_flow(state_for(), deps)
@@ -766,7 +801,9 @@ async def test_tool_results_are_handed_over_as_they_finish_in_the_models_call_or
             seen_by_the_follow_up.append(list(events))
         return await scripted(request)
 
-    deps = deps_for(model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL]))
+    deps = deps_for(
+        model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
+    )
     await run_agent_flow(state_for("What is 1 / 0 and 2 + 2?"), deps)
 
     failed = StageToolResult(

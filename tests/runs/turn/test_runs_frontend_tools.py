@@ -63,7 +63,7 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_clients_result_continue
     intent, execution = h.stub.requests[:2]
     assert (stage_of(intent), stage_of(execution)) == ("intent", "execution")
     offered = [t["function"]["name"] for t in execution.body["tools"]]
-    assert offered == ["current_time", "calculator", "update_bio", "show_confetti"]
+    assert offered == ["current_time", "calculator", "update_bio", "forget_memory", "show_confetti"]
     assert (execution.body["tool_choice"], "response_format" in execution.body) == ("auto", False)
     assert intent.body["tools"] == execution.body["tools"]
     assert (intent.body["tool_choice"], intent.body["response_format"]) == ("none", {"type": "json_object"})

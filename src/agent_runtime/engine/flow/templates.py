@@ -20,7 +20,9 @@ a stage's tool loop and JSON repairs are capped call by call), `thinking` (enabl
 
 `tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
 model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
-summary's length limit) and `{output_schema}*` (the ConversationSummary schema).
+summary's length limit) and `{output_schema}*` (the ConversationSummary schema); and `memory_extraction`, the
+long-term memories' extraction task (engine/memories/extraction.py), sent as a system message before the turn's
+data: placeholders `{max_chars}*` (USER_MEMORIES_MAX_CHARS) and `{output_schema}*` (the MemoryExtraction schema).
 
 Rendering is safe against user text containing braces: only the template (our YAML) is parsed for
 placeholders; user values are substituted as values and never parsed again. Placeholders may not carry
@@ -43,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.memories.extraction import schema_text as extraction_schema_text
 from agent_runtime.engine.memory.summary import schema_text as summary_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
 from agent_runtime.settings import DEMO_MODEL, Settings
@@ -144,6 +147,13 @@ class FlowTemplates(_Frozen):
     execution: StageTemplates
     organization: StageTemplates
     memory_summary: TaskTemplate
+    memory_extraction: TaskTemplate
+
+    def render_extraction_task(self, max_chars: int) -> str:
+        """The extraction call's system message (description and expected output)."""
+        values = {"max_chars": str(max_chars), "output_schema": extraction_schema_text()}
+        task = self.memory_extraction
+        return f"{render_template(task.description, values)}\n\nExpected output: {task.expected_output}"
 
     def render_summary_task(self, max_words: int) -> str:
         """The summary task's request text (description and expected output, as a stage's request)."""
@@ -163,6 +173,7 @@ class FlowTemplates(_Frozen):
             "execution": self.execution.task,
             "organization": self.organization.task,
             "memory_summary": self.memory_summary,
+            "memory_extraction": self.memory_extraction,
         }
 
     def call_options(self, task: str, settings: Settings) -> CallOptions:
@@ -190,6 +201,7 @@ class _TasksFile(_Frozen):
     execution: StageTaskTemplate
     organization: StageTaskTemplate
     memory_summary: TaskTemplate
+    memory_extraction: TaskTemplate
 
 
 @functools.cache
@@ -348,11 +360,13 @@ def load_flow_templates(config_dir: Path) -> FlowTemplates:
         execution=StageTemplates(agent=agents.execution, task=tasks.execution),
         organization=StageTemplates(agent=agents.organization, task=tasks.organization),
         memory_summary=tasks.memory_summary,
+        memory_extraction=tasks.memory_extraction,
     )
     for stage in STAGE_NAMES:
         _check_agent(agents_file, stage, templates.stage(stage).agent)
         _check_task(tasks_file, stage, templates.stage(stage).task)
     _check_summary_task(tasks_file, tasks.memory_summary)
+    _check_extraction_task(tasks_file, tasks.memory_extraction)
     return templates
 
 
@@ -361,3 +375,10 @@ def _check_summary_task(file: Path, task: TaskTemplate) -> None:
     used = _placeholders(file, "memory_summary.description", task.description, allowed)
     _placeholders(file, "memory_summary.expected_output", task.expected_output, frozenset())
     _require(file, "memory_summary.description", allowed, used)
+
+
+def _check_extraction_task(file: Path, task: TaskTemplate) -> None:
+    allowed = frozenset({"max_chars", "output_schema"})
+    used = _placeholders(file, "memory_extraction.description", task.description, allowed)
+    _placeholders(file, "memory_extraction.expected_output", task.expected_output, frozenset())
+    _require(file, "memory_extraction.description", allowed, used)

@@ -15,6 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent_runtime.engine.llm.demo_memories import (
+    EXTRACTION_TITLE,
+    extraction_answer,
+    forget_request,
+    recalled_facts,
+    without_recall,
+)
 from agent_runtime.engine.llm.models import ToolSchema, WireFunctionCall, WireMessage, WireToolCall
 
 DEMO_PREFIX = "[demo model]"
@@ -145,7 +152,7 @@ def user_request(messages: list[WireMessage]) -> str:
     turns = [text for text in users if not _is_stage_request(text) and not text.startswith(REPAIR_PREFIX)]
     if not turns:
         return ""
-    last = turns[-1]
+    last = without_recall(turns[-1])
     quoted = _quoted_user_text(last)
     if quoted is not None:
         return quoted
@@ -191,16 +198,28 @@ def _plain_reply(request: str) -> str:
     return f"{DEMO_PREFIX} This is the offline demo model; no language model provider is configured.{said}"
 
 
+def _remembered(messages: list[WireMessage]) -> str:
+    """What the turn was shown from long-term memory, said in the reply (the demo's answers show recall)."""
+    last = next((m.content for m in reversed(messages) if m.role == "user" and m.content), "")
+    facts = recalled_facts(last)
+    return f" I remember: {' '.join(facts)}" if facts else ""
+
+
 def intent_answer(messages: list[WireMessage]) -> DemoAnswer:
-    answer = _intent_answer(user_request(messages))
+    answer = _intent_answer(user_request(messages), _remembered(messages))
     route = "a tool is needed" if '"NEEDS_EXECUTION"' in answer.content else "I can answer directly"
     reasoning = f"{DEMO_PREFIX} Reading the request: {_short(user_request(messages), 60)}. {route.capitalize()}."
     return answer.model_copy(update={"reasoning": reasoning})
 
 
-def _intent_answer(request: str) -> DemoAnswer:
+def _intent_answer(request: str, remembered: str = "") -> DemoAnswer:
     expression = find_expression(request)
-    if expression is not None:
+    if (forget := forget_request(request)) is not None:
+        summary = "Forget a memory"
+        brief = (
+            f"Forget what the user asks to forget with the forget_memory tool: {json.dumps(forget, ensure_ascii=False)}"
+        )
+    elif expression is not None:
         summary, brief = f"Calculate {expression}", f"Evaluate {expression} with the calculator tool."
     elif (bio := new_bio(request)) is not None:
         summary, brief = "Update the profile bio", f"Set the user's bio to {json.dumps(bio, ensure_ascii=False)}."
@@ -213,7 +232,7 @@ def _intent_answer(request: str) -> DemoAnswer:
             _Intent(
                 route="DIRECT_EXECUTION",
                 intent_summary=f"{DEMO_PREFIX} Small talk: {_short(request, 60)}",
-                assistant_text=_plain_reply(request),
+                assistant_text=_plain_reply(request) + remembered,
             )
         )
     return _json(_Intent(route="NEEDS_EXECUTION", intent_summary=f"{DEMO_PREFIX} {summary}", execution_brief=brief))
@@ -234,6 +253,11 @@ def _named_tool_arguments(tool: ToolSchema, request: str) -> dict[str, str]:
 
 
 def choose_tool_call(tools: list[ToolSchema], request: str, salt: int) -> WireToolCall | None:
+    forget = forget_request(request)
+    if forget is not None:
+        tool = next((t for t in tools if "forget" in t.function.name), None)
+        if tool is not None:
+            return _tool_call(tool, {"what": forget}, salt)
     expression = find_expression(request)
     bio = new_bio(request)
     for tool in tools:
@@ -327,6 +351,8 @@ def summary_answer(messages: list[WireMessage]) -> DemoAnswer:
 
 def demo_answer(messages: list[WireMessage], tools: list[ToolSchema], json_mode: bool) -> DemoAnswer:
     """`tools`: the tools the model may call now (none when the request's tool_choice is "none")."""
+    if any(m.role == "system" and m.content and EXTRACTION_TITLE in m.content for m in messages):
+        return DemoAnswer(content=extraction_answer(messages[-1].content or ""))
     stage = detect_stage(messages)
     if stage == SUMMARY_TITLE:
         return summary_answer(messages)

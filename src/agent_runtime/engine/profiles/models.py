@@ -119,6 +119,14 @@ class ProfileSettingsV1(BaseModel):
     notification: ClientJsonObject = Field(default_factory=dict)
 
 
+class MemorySettings(BaseModel):
+    """Long-term memories (docs/memories.md): off = nothing is stored or recalled for this user (what is stored
+    stays until deleted with DELETE /v1/memories)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"enabled": False}]})
+    enabled: bool = Field(default=True, strict=True)
+
+
 class ProfileSettingsV2(BaseModel):
     # `version` is required in the document: settings without it are v1 (see below), whatever else they hold.
     model_config = ConfigDict(
@@ -130,6 +138,8 @@ class ProfileSettingsV2(BaseModel):
     privacy: ClientJsonObject = Field(default_factory=dict)
     notification: ClientJsonObject = Field(default_factory=dict)
     safety: ClientJsonObject = Field(default_factory=dict)
+    # Added within v2 (a default, so every stored v2 document still reads): no version bump.
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
 def _missing_version_is_v1(value: object) -> object:

@@ -23,6 +23,7 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.memories.service import MemoryService
 from agent_runtime.engine.memory.tokens import token_counter_for
 from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.messages.store import MessageStore
@@ -110,13 +111,14 @@ class RunService:
         self.events = EventStore(pool)
         connect_timeout = settings.database_connect_timeout_seconds
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested, connect_timeout=connect_timeout)
-        self._tools = engine_tools(ProfileService(pool))
+        self.memories = MemoryService(settings, pool, self._client)
+        self._tools = engine_tools(ProfileService(pool), self.memories)
         self.tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._threads, self._client)
-        self._stage_options: dict[str, CallOptions] = {
-            stage: templates.call_options(stage, settings) for stage in STAGE_NAMES
-        }
+        self._turns = TurnRunner(
+            settings, pool, messages, templates, self._tools, self._threads, self._client, memories=self.memories
+        )
+        self._stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
         self._images = image_policy(self._stage_options, settings)
         configure_crewai_env(settings.data_dir)
 
@@ -260,6 +262,7 @@ class RunService:
                 return
             observability.run_completed()
             await self._announce(job, end, result)
+            self._turns.remember(job.turn, result)  # long-term memories, in the background
         finally:
             self._jobs.pop(job.run_id, None)
             self.admission.release()
@@ -269,14 +272,10 @@ class RunService:
         """The user stopped the run: keep what it produced (the answer as far as it was streamed, marked
         partial), record it completed (run status `cancelled`), and finish with outcome `cancelled`."""
         job.ending = True
-        gateway = job.gateway
-        if gateway is not None:
+        if (gateway := job.gateway) is not None:
             await gateway.settled(SETTLE_SECONDS)
-        rows = recorder.cancelled_rows(
-            answer_text=gateway.streamed_answer if gateway is not None else "",
-            message_id=gateway.answer_message_id if gateway is not None else str(uuid4()),
-            demo=self._settings.is_demo_model,
-        )
+        answer, message_id = (gateway.streamed_answer, gateway.answer_message_id) if gateway else ("", str(uuid4()))
+        rows = recorder.cancelled_rows(answer_text=answer, message_id=message_id, demo=self._settings.is_demo_model)
         end = await self._ending.record(job.ctx, job.started, "completed", rows, run_status="cancelled")
         log.info("run cancelled", extra={"run_id": str(job.run_id), "session_id": str(job.session_id)})
         if isinstance(end, RunFailure):
@@ -394,4 +393,5 @@ class RunService:
         await (self._draining if self._draining is not None else self.drain())
         await self.leases.stop()
         await self.hub.stop()
+        await self.memories.aclose()
         self._threads.shutdown()

@@ -1,5 +1,6 @@
 """Built-in tools a stage's agent can be granted in config/crewai/agents.yaml."""
 
+from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.flow.tools.base import (
     Tool,
     ToolArgs,
@@ -8,19 +9,26 @@ from agent_runtime.engine.flow.tools.base import (
 )
 from agent_runtime.engine.flow.tools.calculator import CalculatorArgs, CalculatorTool, evaluate_expression
 from agent_runtime.engine.flow.tools.current_time import CurrentTimeArgs, CurrentTimeTool
+from agent_runtime.engine.flow.tools.forget_memory import ForgetMemoryTool, MemoryForgetter
 from agent_runtime.engine.flow.tools.profile_bio import BioWriter, UpdateBioArgs, UpdateBioTool
 from agent_runtime.engine.flow.tools.registry import RunToolSet, ToolRegistry
 
 BUILTIN_TOOLS = ToolRegistry([CurrentTimeTool(), CalculatorTool()])
 # Tools that act on the user's data through the engine: built per engine (`engine_tools`), named here so the
 # YAML can be validated before an engine exists.
-ENGINE_TOOL_NAMES = ("update_bio",)
+ENGINE_TOOL_NAMES = ("update_bio", "forget_memory")
 KNOWN_TOOL_NAMES = (*BUILTIN_TOOLS.names(), *ENGINE_TOOL_NAMES)
 
 
-def engine_tools(bio_writer: BioWriter) -> ToolRegistry:
+class _NoMemories:
+    async def forget(self, ctx: RequestContext, what: str) -> list[str]:
+        return []
+
+
+def engine_tools(bio_writer: BioWriter, forgetter: MemoryForgetter | None = None) -> ToolRegistry:
     """Every tool the YAML may grant, bound to the engine's services."""
-    return ToolRegistry([CurrentTimeTool(), CalculatorTool(), UpdateBioTool(bio_writer)])
+    forget = ForgetMemoryTool(forgetter or _NoMemories())
+    return ToolRegistry([CurrentTimeTool(), CalculatorTool(), UpdateBioTool(bio_writer), forget])
 
 
 __all__ = [
@@ -32,6 +40,8 @@ __all__ = [
     "CalculatorTool",
     "CurrentTimeArgs",
     "CurrentTimeTool",
+    "ForgetMemoryTool",
+    "MemoryForgetter",
     "RunToolSet",
     "Tool",
     "ToolArgs",

@@ -28,6 +28,10 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
 from agent_runtime.engine.llm.vision import image_models
+from agent_runtime.engine.memories.extraction import EXTRACTION_STAGE, ExtractionTask
+from agent_runtime.engine.memories.models import TurnFacts
+from agent_runtime.engine.memories.service import MemoryService
+from agent_runtime.engine.memory.messages import UserMessage
 from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.messages.models import NewMessage
@@ -41,6 +45,7 @@ from agent_runtime.engine.runs.request.models import ContextItem, RunInput
 from agent_runtime.engine.runs.request.pending import PendingTurn
 from agent_runtime.engine.runs.request.plan import TurnPlan
 from agent_runtime.engine.runs.turn.history import split_turn
+from agent_runtime.engine.runs.turn.recall import with_recalled_memories
 from agent_runtime.engine.runs.turn.resume import run_decisions
 from agent_runtime.engine.runs.turn.suspension import intent_of, suspension
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
@@ -77,6 +82,8 @@ class TurnResult:
     waiting: PendingTurn | None = None
     interrupts: list[PendingInterrupt] = field(default_factory=list)
     pending_tool_call_ids: list[str] = field(default_factory=list)
+    # What the long-term memories' extraction reads of a finished turn (None: memories off, or not finished).
+    facts: TurnFacts | None = None
 
 
 def _user_input(request: str, context: list[ContextItem]) -> str:
@@ -96,6 +103,8 @@ class TurnRunner:
         tools: ToolRegistry,
         threads: FlowThreads,
         client: Callable[[], LLMClient],
+        *,
+        memories: MemoryService,
     ) -> None:
         self._settings = settings
         self._pool = pool
@@ -104,6 +113,15 @@ class TurnRunner:
         self._tools = tools
         self._threads = threads
         self._client = client
+        self._memories = memories
+        memories.configure(
+            ExtractionTask(
+                system=templates.render_extraction_task(settings.user_memories_max_chars),
+                options=templates.call_options(EXTRACTION_STAGE, settings),
+                max_tokens=templates.memory_extraction.max_tokens,
+                max_repairs=min(1, settings.stage_max_json_retries),
+            )
+        )
 
     @property
     def approval_tools(self) -> list[str]:
@@ -173,6 +191,10 @@ class TurnRunner:
                 before_send=gateway.hold,
             ),
         )
+        remembers = self._memories.enabled(profile.settings)
+        stored_request = split_turn(window).request  # the turn as the user wrote it, without recalled memories
+        if remembers:
+            window = await with_recalled_memories(self._memories, job.ctx, job.session_id, window, recorder.queue_row)
         gateway.show_images(window, image_models(self._settings))
         turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
@@ -211,7 +233,24 @@ class TurnRunner:
             message_id=gateway.answer_message_id,
             demo=self._settings.is_demo_model,
         )
-        return TurnResult(rows=rows, route=final.route, answer_message_id=gateway.answer_message_id)
+        facts = None
+        if remembers:
+            user_ids = [m.id for m in window if isinstance(m, UserMessage)][-1:]
+            facts = TurnFacts(
+                session_id=job.session_id,
+                run_id=str(job.run_id),
+                user_text=stored_request,
+                user_message_ids=user_ids,
+                answer_text=answer,
+                answer_message_id=gateway.answer_message_id,
+            )
+        return TurnResult(rows=rows, route=final.route, answer_message_id=gateway.answer_message_id, facts=facts)
+
+    def remember(self, job: TurnJob, result: TurnResult) -> None:
+        """Hand a finished turn to the long-term memories (a background task; the run is over for the client)."""
+        if result.facts is not None:
+            end_user = end_user_id(self._settings.jwt_secret, job.ctx.user_id)
+            self._memories.after_turn(job.ctx, result.facts, end_user=end_user)
 
     def _suspended(
         self, job: TurnJob, recorder: RunRecorder, stop: ToolCallsPending, *, user_input: str, intent: IntentResult
