@@ -33,7 +33,7 @@ async def test_the_capabilities_say_what_the_shipped_configuration_does(
 
         body = await _capabilities(h, user)
 
-    assert [t["name"] for t in body["tools"]["items"]] == ["current_time", "calculator", "update_bio"]
+    assert [t["name"] for t in body["tools"]["items"]] == ["current_time", "calculator", "update_bio", "forget_memory"]
     assert body["tools"]["supported"] is True and body["tools"]["clientProvided"] is True
     assert body["transport"] == {
         "streaming": True,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
@@ -62,14 +62,12 @@ async def delete_session(session_id: UUID, engine: Engine, ctx: Caller) -> Respo
         **error_responses(401, 404, 422),
     },
 )
-async def get_image(
-    session_id: UUID, image_id: Annotated[str, Path(max_length=64)], engine: Engine, ctx: Caller
-) -> Response:
+async def get_image(session_id: UUID, image_id: UUID, engine: Engine, ctx: Caller) -> Response:
     """An inline image of one of your messages (as `content_parts` and MESSAGES_SNAPSHOT name it); 404 for anyone
     else's. URL images are not served: their parts carry the client's URL."""
-    mime_type, data = await engine.messages.image(ctx, session_id, image_id)
+    image = await engine.messages.image(ctx, session_id, image_id.hex)  # stored as uuid4().hex
     headers = {"Cache-Control": "private, max-age=86400", "X-Content-Type-Options": "nosniff"}
-    return Response(content=data, media_type=mime_type, headers=headers)
+    return Response(content=image.data, media_type=image.mime_type, headers=headers)
 
 
 @router.get("/{session_id}/messages", response_model=Page[StoredMessage], responses=error_responses(401, 404, 422))

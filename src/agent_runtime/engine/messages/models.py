@@ -117,3 +117,10 @@ class StoredMessage(BaseModel):
             )
         metadata = self.metadata.model_copy(update={"images": [i.model_copy(update={"data": None}) for i in images]})
         return self.model_copy(update={"metadata": metadata, "content_parts": parts})
+
+
+class StoredImage(BaseModel):
+    """An inline image of a stored user message, as `GET /v1/sessions/{id}/images/{image_id}` serves it."""
+
+    mime_type: str
+    data: bytes

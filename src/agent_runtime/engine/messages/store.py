@@ -18,7 +18,7 @@ import asyncpg
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import ConflictError, NotFoundError, session_not_found
-from agent_runtime.engine.messages.models import NewMessage, StoredMessage
+from agent_runtime.engine.messages.models import NewMessage, StoredImage, StoredMessage
 from agent_runtime.engine.messages.repository import (
     APPEND_SQL,
     COUNT_VISIBLE_SQL,
@@ -133,12 +133,12 @@ class MessageStore:
         items = [row_to_message(r).for_client() for r in rows]
         return Page[StoredMessage](items=items, total=total, limit=limit, offset=offset)
 
-    async def image(self, ctx: RequestContext, session_id: UUID, image_id: str) -> tuple[str, bytes]:
+    async def image(self, ctx: RequestContext, session_id: UUID, image_id: str) -> StoredImage:
         """An inline image of one of the caller's sessions (its type and bytes); 404 for anyone else's."""
         row = await self._pool.fetchrow(IMAGE_SQL, session_id, ctx.user_id, image_id)
         if row is None:
             raise NotFoundError("image not found")
-        return row["mime_type"], base64.b64decode(row["data"])
+        return StoredImage(mime_type=row["mime_type"], data=base64.b64decode(row["data"]))
 
     async def latest_visible(self, ctx: RequestContext, session_id: UUID, *, limit: int) -> list[StoredMessage]:
         """The newest `limit` visible messages, oldest first (one index-backed read; no ownership error)."""
