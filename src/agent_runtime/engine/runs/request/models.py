@@ -90,8 +90,9 @@ class RunRequest(BaseModel):
     """Body of `POST /v1/sessions/{id}/runs`: a new user message, or the answers to pending interrupts."""
 
     # OpenAPI says which members a body needs: `message`, `resume` or `tool_results`, never `message` with
-    # `resume`, and `images` only with `message` (the validator below). The examples are what Swagger UI's "Try it out" sends (the first one):
-    # without them it generated a body from the field patterns, with `message` and `resume` together, a 422.
+    # `resume`, and `images` only with `message` (the validator below). The examples are what Swagger UI's
+    # "Try it out" sends (the first one): without them it generated a body from the field patterns, with
+    # `message` and `resume` together, a 422.
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
