@@ -32,6 +32,7 @@ import multiprocessing.connection
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from multiprocessing.synchronize import Event as EventType
 from types import FrameType
 
 from agent_runtime.api.server import SAME_CTRL_C_SECONDS, run_server
+from agent_runtime.observability.tracing import flush_tracing
 from agent_runtime.settings import Settings
 
 log = logging.getLogger("agent_runtime.workers")
@@ -86,6 +88,15 @@ def _exit_with_parent() -> None:
 def _worker_main(sock: socket.socket, index: int, settings: Settings, started: EventType) -> None:
     _exit_with_parent()
     run_server(settings, sockets=[sock], worker=index, on_started=started.set)
+    # The server has shut down and closed what it opened. The interpreter's own exit would now join every thread
+    # pool's threads and may wait on an import another thread holds (the warm-up's, when a stop comes right after
+    # start-up): on a loaded machine workers took 15-25 s to exit after "Finished server process", and the
+    # supervisor killed them. Nothing is left to do but flush.
+    flush_tracing()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class Supervisor:

@@ -65,6 +65,13 @@ def configure_tracing(settings: Settings) -> TracerProvider | None:
     return provider
 
 
+def flush_tracing() -> None:
+    """Export the spans still queued (the SDK provider does this at interpreter exit, which a worker skips)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.shutdown()
+
+
 def tracing_enabled() -> bool:
     return isinstance(trace.get_tracer_provider(), TracerProvider)
 
