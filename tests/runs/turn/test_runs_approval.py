@@ -342,3 +342,28 @@ async def test_a_new_user_message_while_an_approval_waits_declines_it_and_runs(
     assert grant_and_message.status == 422, grant_and_message.body
     assert types((await h.run(user, sid, "hello again")).events)[-1] == "RUN_FINISHED"
     assert await _bio(h, user) is None
+
+
+async def test_a_resume_that_answers_only_some_interrupts_is_a_409_naming_the_rest_and_runs_nothing(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    calls = [
+        StubToolCall(id=CALL_ID, name="update_bio", arguments=ARGS),
+        StubToolCall(id="call_bio_2", name="update_bio", arguments='{"bio": "Runner"}'),
+    ]
+    h.stub.enqueue(intent_needs("Set the user's bio."), StubReply(tool_calls=calls))
+    first = await h.agui(user, agui_input(sid, [{"id": "u-1", "role": "user", "content": "set my bio"}]))
+    assert [i["id"] for i in first.events[-1]["outcome"]["interrupts"]] == [INTERRUPT_ID, "approve-call_bio_2"]
+    before = await h.visible(user, sid)
+
+    partial = await h.agui(user, _resume(sid, "resolved"))
+
+    assert partial.status == 409, partial.body
+    error = json.loads(partial.body)["error"]
+    assert (error["code"], error["details"]) == (
+        "interrupt_pending",
+        [{"loc": ["body", "resume"], "msg": "missing: approve-call_bio_2", "type": None}],
+    )
+    assert await h.visible(user, sid) == before and await _bio(h, user) is None
