@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, intent_direct, make_harness, stage_request_text
-from tests.stubs.deepseek_stub import RecordedRequest, StubReply
+from tests.stubs.deepseek_stub import RecordedRequest, StubFault, StubReply
 
+from agent_runtime.engine.llm.embeddings import ProviderEmbeddings
 from agent_runtime.engine.memories.embeddings import LiteLLMEmbedder
 
 __all__ = ["make_harness"]
@@ -79,17 +80,38 @@ async def test_a_broken_or_hostile_answer_stores_nothing_and_never_fails_the_run
     assert (await sh.client.get("/v1/memories", headers=user.headers)).json()["total"] == 0
 
 
+async def test_a_call_made_before_the_extraction_fails_is_still_billed(
+    sh: Harness, make_user: Callable[[], User]
+) -> None:
+    broken = responder("not json at all")
+
+    def reply(request: RecordedRequest) -> StubReply:
+        if _is_extraction(request):
+            sh.stub.enqueue(StubFault(kind="status", status=400, message="bad request"))
+        return broken(request)
+
+    sh.stub.responder = reply
+    user = make_user()
+    sid, errors = await _turn(sh, user, "My name is Zed and I live in Rome.")
+    assert errors == 0
+    assert len([r for r in sh.stub.requests if _is_extraction(r)]) == 2
+    usage = (await sh.client.get(f"/v1/sessions/{sid}/usage", headers=user.headers)).json()
+    stages = {row["stage"]: row for row in usage["by_stage"]}
+    assert Decimal(stages["memory_extraction"]["cost"]) > 0
+    assert (await sh.client.get("/v1/memories", headers=user.headers)).json()["total"] == 0
+
+
 async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
-    async def embed(model: str, texts: list[str]) -> tuple[list[list[float]], int]:
+    async def embed(model: str, texts: list[str]) -> ProviderEmbeddings:
         assert model == "openai/text-embedding-3-small"
-        return [[0.0] * 383 + [1.0] for _ in texts], 1_000
+        return ProviderEmbeddings(vectors=[[0.0] * 383 + [1.0] for _ in texts], input_tokens=1_000)
 
     embedder = LiteLLMEmbedder("openai/text-embedding-3-small", embed, price_per_mtok=Decimal("0.14"))
     result = await embedder.embed(["a", "b"], "passage")
     assert result.cost_cny == Decimal("0.00014") and result.input_tokens == 1_000 and len(result.vectors) == 2
 
-    async def wrong(model: str, texts: list[str]) -> tuple[list[list[float]], int]:
-        return [[1.0] * 1536 for _ in texts], 3
+    async def wrong(model: str, texts: list[str]) -> ProviderEmbeddings:
+        return ProviderEmbeddings(vectors=[[1.0] * 1536 for _ in texts], input_tokens=3)
 
     with pytest.raises(ValueError, match="384"):
         await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query")

@@ -30,6 +30,7 @@ from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, 
 from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
+from agent_runtime.api.sse import KEEPALIVE
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.runtime import RuntimeEngine
@@ -135,10 +136,13 @@ def parse_sse(body: str) -> list[dict[str, Any]]:
 
 
 def sse_frames(body: str) -> list[tuple[str, int, dict[str, Any]]]:
-    """(run id, seq, event) of every frame, checking each is exactly an `id:` line and a `data:` line."""
+    """(run id, seq, event) of every frame, checking each is exactly an `id:` line and a `data:` line. Keepalive
+    comments are skipped: a run slower than SSE_KEEPALIVE_SECONDS (a cold first warm-up) has them."""
     assert body.endswith("\n\n"), body[-200:]
     frames = []
     for frame in body[:-2].split("\n\n"):
+        if frame + "\n\n" == KEEPALIVE:
+            continue
         id_line, data_line = frame.split("\n")
         assert id_line.startswith("id: ") and data_line.startswith("data: "), frame
         run_id, seq = id_line[len("id: ") :].split(":")

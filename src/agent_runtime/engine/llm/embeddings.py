@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from agent_runtime.engine.llm.litellm_import import load_litellm
 
 EMBEDDING_DIMENSIONS = 384
 
 
-async def litellm_embed(model: str, texts: list[str]) -> tuple[list[list[float]], int]:
-    """The vectors of `texts` (384 dimensions asked for) and the input tokens the provider counted."""
+class ProviderEmbeddings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    vectors: list[list[float]]
+    input_tokens: int = Field(ge=0, description="What the provider counted (and bills).")
+
+
+async def embed_with_provider(model: str, texts: list[str]) -> ProviderEmbeddings:
+    """The vectors of `texts`, 384 dimensions asked for."""
     litellm = load_litellm()
     response: Any = await litellm.aembedding(model=model, input=texts, dimensions=EMBEDDING_DIMENSIONS)
     vectors = [list(item["embedding"]) for item in response.data]
     usage = getattr(response, "usage", None)
     tokens = int(getattr(usage, "prompt_tokens", 0) or 0) if usage is not None else 0
-    return vectors, tokens
+    return ProviderEmbeddings(vectors=vectors, input_tokens=tokens)

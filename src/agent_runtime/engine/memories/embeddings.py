@@ -19,7 +19,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-EMBEDDING_DIMENSIONS = 384
+from agent_runtime.engine.llm.embeddings import EMBEDDING_DIMENSIONS, ProviderEmbeddings
+
 LOCAL_MODEL = "local/multilingual-e5-small"
 # e5 models are trained with these prefixes: a query is compared with passages.
 Purpose = Literal["query", "passage"]
@@ -82,8 +83,8 @@ class LocalEmbedder:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-RemoteEmbed = Callable[[str, list[str]], Awaitable[tuple[list[list[float]], int]]]
-"""(model, texts) -> (vectors, input tokens): LiteLLM's `aembedding` (engine/llm/embeddings.py)."""
+RemoteEmbed = Callable[[str, list[str]], Awaitable[ProviderEmbeddings]]
+"""(model, texts) -> what the provider answered: LiteLLM's `aembedding` (engine/llm/embeddings.py)."""
 
 
 class LiteLLMEmbedder:
@@ -101,11 +102,11 @@ class LiteLLMEmbedder:
     async def embed(self, texts: Sequence[str], purpose: Purpose) -> Embeddings:
         if not texts:
             return Embeddings(model=self.model, vectors=[])
-        vectors, tokens = await self._embed(self._model, list(texts))
-        if any(len(v) != EMBEDDING_DIMENSIONS for v in vectors):
+        answer = await self._embed(self._model, list(texts))
+        if any(len(v) != EMBEDDING_DIMENSIONS for v in answer.vectors):
             raise ValueError(f"{self._model} returned vectors that are not {EMBEDDING_DIMENSIONS}-dimensional")
-        cost = (self._price * tokens / Decimal(1_000_000)).quantize(Decimal("0.0000000001"))
-        return Embeddings(model=self.model, vectors=vectors, input_tokens=tokens, cost_cny=cost)
+        cost = (self._price * answer.input_tokens / Decimal(1_000_000)).quantize(Decimal("0.0000000001"))
+        return Embeddings(model=self.model, vectors=answer.vectors, input_tokens=answer.input_tokens, cost_cny=cost)
 
     def close(self) -> None:
         return None

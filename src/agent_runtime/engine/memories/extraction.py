@@ -104,18 +104,16 @@ class MemoryExtractor:
         self._k = k
 
     async def extract(
-        self, ctx: RequestContext, facts: TurnFacts, *, end_user: str | None
-    ) -> tuple[Applied, list[NewMessage]]:
-        """Apply what the turn teaches; returns what changed and the audit rows of its calls (for the caller to
-        store)."""
-        rows: list[NewMessage] = []
+        self, ctx: RequestContext, facts: TurnFacts, rows: list[NewMessage], *, end_user: str | None
+    ) -> Applied:
+        """Apply what the turn teaches. The audit rows of its calls are appended to `rows` as each call is made,
+        so the caller stores what was spent even when a later step fails."""
         recall = await self._store.recall(ctx, facts.user_text, k=self._k, session_id=None)
         rows += embedding_rows(recall.embedding.cost_cny, recall.embedding.input_tokens, self._store, facts.run_id)
         extraction = await self._ask(facts, recall.hits, rows, end_user=end_user)
         if extraction is None:
-            return Applied(), rows
-        applied = await self._apply(ctx, facts, extraction, recall.hits, rows)
-        return applied, rows
+            return Applied()
+        return await self._apply(ctx, facts, extraction, recall.hits, rows)
 
     async def _ask(
         self, facts: TurnFacts, known: list[RecalledMemory], rows: list[NewMessage], *, end_user: str | None

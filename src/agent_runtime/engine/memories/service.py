@@ -19,7 +19,7 @@ import asyncpg
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.llm.embeddings import litellm_embed
+from agent_runtime.engine.llm.embeddings import embed_with_provider
 from agent_runtime.engine.memories.block import recall_block
 from agent_runtime.engine.memories.embeddings import LOCAL_MODEL, Embedder, LiteLLMEmbedder, LocalEmbedder
 from agent_runtime.engine.memories.extraction import ExtractionTask, MemoryExtractor, embedding_rows, worth_extracting
@@ -45,9 +45,8 @@ def approx_tokens(text: str) -> int:
 def build_embedder(settings: Settings) -> Embedder:
     if settings.memory_embedding_model == LOCAL_MODEL:
         return LocalEmbedder(threads=settings.memory_embedding_threads)
-    return LiteLLMEmbedder(
-        settings.memory_embedding_model, litellm_embed, price_per_mtok=settings.memory_embedding_price_cny_per_mtok
-    )
+    price = settings.memory_embedding_price_cny_per_mtok
+    return LiteLLMEmbedder(settings.memory_embedding_model, embed_with_provider, price_per_mtok=price)
 
 
 def memories_enabled(settings: Settings, profile: ProfileSettingsV1 | ProfileSettingsV2) -> bool:
@@ -132,7 +131,7 @@ class MemoryService:
                     max_chars=self._settings.user_memories_max_chars,
                     k=self._settings.user_memories_recall_k,
                 )
-                applied, rows = await extractor.extract(ctx, facts, end_user=end_user)
+                applied = await extractor.extract(ctx, facts, rows, end_user=end_user)
                 log.info(
                     "memories extracted",
                     extra={
@@ -166,8 +165,7 @@ class MemoryService:
 
     # -- the user's own view -------------------------------------------------------------------------
     async def page(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None) -> MemoryPage:
-        page, _ = await self.store.page(ctx, limit=limit, offset=offset, q=q)
-        return page
+        return await self.store.page(ctx, limit=limit, offset=offset, q=q)
 
     async def delete(self, ctx: RequestContext, memory_id: UUID) -> None:
         await self.store.delete(ctx, memory_id)
@@ -177,7 +175,6 @@ class MemoryService:
 
     async def forget(self, ctx: RequestContext, what: str) -> list[str]:
         """The forget tool: delete the memories most like `what` (at least USER_MEMORIES_FORGET_MIN_SIMILARITY)."""
-        texts, _ = await self.store.forget(
+        return await self.store.forget(
             ctx, what, min_similarity=self._settings.user_memories_forget_min_similarity, limit=FORGET_LIMIT
         )
-        return texts

@@ -92,9 +92,7 @@ class MemoryStore:
         status: str = await self._pool.execute(DELETE_ALL_SQL, ctx.user_id)
         return int(status.rsplit(" ", 1)[-1])
 
-    async def page(
-        self, ctx: RequestContext, *, limit: int, offset: int, q: str | None
-    ) -> tuple[MemoryPage, Embeddings]:
+    async def page(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None) -> MemoryPage:
         """The owner's memories, newest first; with `q`, text matches first, then by meaning."""
         embedding = await self.embedder.embed([q], "query") if q else None
         async with self._pool.acquire() as conn:
@@ -111,8 +109,7 @@ class MemoryStore:
                     limit,
                     offset,
                 )
-        page = MemoryPage(items=[row_to_memory(r) for r in rows], total=total, limit=limit, offset=offset)
-        return page, embedding or Embeddings(model=self.embedder.model, vectors=[])
+        return MemoryPage(items=[row_to_memory(r) for r in rows], total=total, limit=limit, offset=offset)
 
     async def recall(self, ctx: RequestContext, text: str, *, k: int, session_id: UUID | None) -> Recall:
         embedding = await self.embedder.embed([text], "query")
@@ -131,11 +128,9 @@ class MemoryStore:
         if memory_ids:
             await self._pool.execute(RECORD_RECALL_SQL, ctx.user_id, session_id, message_id, list(memory_ids))
 
-    async def forget(
-        self, ctx: RequestContext, what: str, *, min_similarity: float, limit: int
-    ) -> tuple[list[str], Embeddings]:
+    async def forget(self, ctx: RequestContext, what: str, *, min_similarity: float, limit: int) -> list[str]:
         embedding = await self.embedder.embed([what], "query")
         rows = await self._pool.fetch(
             FORGET_SQL, ctx.user_id, vector_literal(embedding.vectors[0]), self.embedder.model, min_similarity, limit
         )
-        return [r["text"] for r in rows], embedding
+        return [r["text"] for r in rows]
