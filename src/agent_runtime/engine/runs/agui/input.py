@@ -135,8 +135,9 @@ def _user_message(index: int, message: agui.UserMessage) -> UserMessage:
     images: list[ImageAttachment] = []
     if not isinstance(message.content, str):
         # Image parts are taken here (request/images.py checks them before the run); memory's converter takes text.
-        text, images = content_parts(message.content, loc)
-        message = message.model_copy(update={"content": text})
+        parts = content_parts(message.content, loc)
+        images = parts.images
+        message = message.model_copy(update={"content": parts.text})
     converted = from_agui(message)
     assert isinstance(converted, UserMessage)
     if len(converted.content) > MAX_MESSAGE_CHARS or not (converted.content or images):

@@ -97,8 +97,18 @@ def _image_part(part: agui.ImageInputContent, loc: list[str | int]) -> ImageAtta
     raise _invalid([*loc, "source"], f"a {source.type} source cannot be taken; {SUPPORTED}")
 
 
-def content_parts(parts: Sequence[agui.InputContentPart], loc: list[str | int]) -> tuple[str, list[ImageAttachment]]:
-    """An AG-UI user message's parts as its text (text parts joined with newlines) and its images."""
+class UserContent(BaseModel):
+    text: str = Field(description="The text parts, joined with newlines.")
+    images: list[ImageAttachment]
+
+
+class BlindStage(BaseModel):
+    stage: str
+    model: str
+
+
+def content_parts(parts: Sequence[agui.InputContentPart], loc: list[str | int]) -> UserContent:
+    """An AG-UI user message's parts as its text and its images."""
     texts: list[str] = []
     images: list[ImageAttachment] = []
     for index, part in enumerate(parts):
@@ -108,7 +118,7 @@ def content_parts(parts: Sequence[agui.InputContentPart], loc: list[str | int]) 
             images.append(_image_part(part, [*loc, index]))
         else:
             raise _invalid([*loc, index, "type"], f"{part.type} parts are not taken; {SUPPORTED}")
-    return "\n".join(texts), images
+    return UserContent(text="\n".join(texts), images=images)
 
 
 def _decoded(data: str, loc: list[str | int]) -> bytes:
@@ -151,9 +161,11 @@ class ImagePolicy(BaseModel):
     image_models: frozenset[str]
     stage_models: Mapping[str, str]
 
-    def blind_stage(self) -> tuple[str, str] | None:
-        """The first stage whose model does not accept images, and that model."""
-        return next(((s, m) for s, m in self.stage_models.items() if m not in self.image_models), None)
+    def blind_stage(self) -> BlindStage | None:
+        """The first stage whose model does not accept images."""
+        return next(
+            (BlindStage(stage=s, model=m) for s, m in self.stage_models.items() if m not in self.image_models), None
+        )
 
 
 def image_policy(stages: Mapping[str, CallOptions], settings: Settings) -> ImagePolicy:
@@ -181,10 +193,9 @@ def check_message_images(messages: Sequence[UserMessage], policy: ImagePolicy) -
             )
         blind = policy.blind_stage()
         if blind is not None:
-            stage, model = blind
             raise _invalid(
                 loc,
-                f"the model {model} (stage {stage}) does not accept images; models that do: "
+                f"the model {blind.model} (stage {blind.stage}) does not accept images; models that do: "
                 f"{', '.join(sorted(policy.image_models)) or 'none configured'} (LLM_IMAGE_MODELS)",
                 "images not supported by the model",
             )
