@@ -4,6 +4,7 @@ priced by the model that gave it; calls cut by a fault or a cancel are reported 
 from __future__ import annotations
 
 import asyncio
+import base64
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -13,7 +14,7 @@ from tests.stubs.deepseek_stub import DeepSeekStub, StubFault, StubReply
 
 from agent_runtime.engine.llm import LLMClient, LLMRequest, LLMServerError, WireMessage
 from agent_runtime.engine.llm.catalog import FallbackTarget, ModelCatalog, ModelsFile
-from agent_runtime.engine.llm.errors import LLMUnavailableError
+from agent_runtime.engine.llm.errors import LLMRateLimitError, LLMUnavailableError
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import UnfinishedCall
 from agent_runtime.observability.metrics import MODEL_FALLBACKS
@@ -83,6 +84,39 @@ async def test_when_the_whole_chain_refuses_the_call_is_unavailable(stub: DeepSe
         "deepseek/deepseek-flash: llm_rate_limited; fallbacks (deepseek/deepseek-v4-pro): llm_server_error"
     )
     assert [r.body["model"] for r in stub.requests] == ["deepseek-flash", "deepseek-v4-pro"]
+
+
+PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(16)).decode()
+LOOK = LLMRequest(
+    messages=[WireMessage(role="user", content="what is this?", images=[PNG])],
+    model="deepseek/deepseek-flash",
+    thinking=False,
+)
+
+
+async def test_a_call_with_an_image_falls_back_only_to_a_model_that_sees_images(stub: DeepSeekStub) -> None:
+    stub.enqueue(busy(429), busy(429))
+    with pytest.raises(LLMRateLimitError):
+        await client(stub).complete(LOOK)
+    assert [r.body["model"] for r in stub.requests] == ["deepseek-flash", "deepseek-flash"]
+
+    seeing = ModelCatalog(
+        ModelsFile(
+            fallbacks={
+                "deepseek/deepseek-flash": [
+                    FallbackTarget(model="deepseek/deepseek-v4-pro"),
+                    FallbackTarget(model="deepseek/deepseek-v4-flash"),
+                ]
+            }
+        )
+    )
+    stub.enqueue(busy(429), busy(429), StubReply(content="a tiny PNG", reasoning_content=None))
+    response = await client(stub, catalog=seeing).complete(LOOK)
+    assert (response.model, response.content) == ("deepseek/deepseek-v4-flash", "a tiny PNG")
+    assert [r.body["model"] for r in stub.requests[2:]] == ["deepseek-flash", "deepseek-flash", "deepseek-v4-flash"]
+    # Without the image the same chain starts with deepseek-v4-pro.
+    stub.enqueue(busy(429), busy(429), StubReply(content="text", reasoning_content=None))
+    assert (await client(stub, catalog=seeing).complete(HELLO)).model == "deepseek/deepseek-v4-pro"
 
 
 async def test_without_a_chain_the_last_error_is_raised_as_it_is(stub: DeepSeekStub) -> None:

@@ -30,6 +30,7 @@ from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import RetryPolicy
+from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.observability import metrics
 from agent_runtime.observability.tracing import COST_ATTRIBUTE, FALLBACK_FROM_ATTRIBUTE, mark_failed, model_call_span
 from agent_runtime.settings import Settings
@@ -130,7 +131,9 @@ class LLMClient:
         self.builder = CallBuilder(settings)
         self.retry = RetryPolicy.from_settings(settings)
         self.costs = CostCalculator(pricing or PricingTable.load(settings.pricing_file))
-        self.fallbacks = FallbackChains(catalog or ModelCatalog.load(settings.models_file), self.builder)
+        self.fallbacks = FallbackChains(
+            catalog or ModelCatalog.load(settings.models_file), self.builder, image_models=image_models(settings)
+        )
         self._rng = rng or random.Random()
         self._clock = clock or _utc_now
         self._timeout = settings.llm_timeout_seconds
@@ -278,9 +281,9 @@ class LLMClient:
         try:
             return await self._retrying(target, attempt, partial(self._send, target))
         except _Exhausted as spent:
-            if not self.fallbacks.chain(target.model):
+            if not self.fallbacks.chain(target.model, kwargs):
                 raise spent.error from spent.__cause__
-            return await self._fall_back(target, spent.error, attempt)
+            return await self._fall_back(target, kwargs, spent.error, attempt)
 
     async def _retrying(
         self, target: CallTarget, attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]], send: Caller
@@ -306,12 +309,13 @@ class LLMClient:
     async def _fall_back(
         self,
         target: CallTarget,
+        kwargs: dict[str, Any],
         error: LLMError,
         attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]],
     ) -> LLMResponse:
         """The call on its model's fallback chain, after the model's own retries failed with `error`. The Router
         walks the chain once per attempt; the attempts are retried like the model's own (our backoff, Retry-After)."""
-        chain = [t.model for t in self.fallbacks.chain(target.model)]
+        chain = [t.model for t in self.fallbacks.chain(target.model, kwargs)]
         logger.warning(
             "model call falling back: model=%s error=%s provider_status=%s chain=%s",
             target.model,
