@@ -139,3 +139,16 @@ async def test_images_that_break_a_rule_are_422_naming_it(make_harness: MakeHarn
             assert result.status == 422, (expected, result.body)
             assert expected in result.body, (expected, result.body)
         assert h.stub.requests == [] and await h.rows(user, session_id) == []
+
+
+async def test_the_offline_demo_model_takes_an_image_and_says_what_it_was_shown(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(llm_model=None, deepseek_api_key=None) as demo:
+        user = make_user()
+        thread_id = await demo.new_session(user)
+        result = await demo.agui(user, agui_input(thread_id, [{"type": "text", "text": "What is this?"}, image_part()]))
+        assert result.status == 200, result.body
+        assert demo.stub.requests == []
+        reply = "".join(e["delta"] for e in result.of_type("TEXT_MESSAGE_CONTENT"))
+        assert 'You said: "What is this? [image: image/png]"' in reply, reply

@@ -43,6 +43,18 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+def _as_text(message: Any) -> Any:
+    """A message whose content is blocks (text and `image_url`, call_builder's image parts) with its images named
+    in its text, so the demo's answers show what reached the model."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    texts = [str(part.get("text", "")) for part in content if part.get("type") == "text"]
+    urls = [str(part["image_url"]["url"]) for part in content if part.get("type") == "image_url"]
+    kinds = [url.split(";", 1)[0].removeprefix("data:") if url.startswith("data:") else "image URL" for url in urls]
+    return {**message, "content": " ".join([*texts, *(f"[image: {kind}]" for kind in kinds)])}
+
+
 def _answer(messages: list[Any], optional_params: dict[str, Any]) -> DemoAnswer:
     wire = _MESSAGES.validate_python(messages)
     # Offered with tool_choice "none" (every call carries the run's tools: runs/gateway/gateway.py), they cannot
@@ -91,6 +103,7 @@ class DemoModel(CustomLLM):
         timeout: float | httpx.Timeout | None = None,  # noqa: ASYNC109  # LiteLLM's CustomLLM signature
         client: AsyncHTTPHandler | None = None,
     ) -> ModelResponse:
+        messages = [_as_text(m) for m in messages]
         answer = _answer(messages, optional_params)
         message: dict[str, Any] = {"role": "assistant", "content": answer.content}
         if answer.reasoning:
@@ -125,6 +138,7 @@ class DemoModel(CustomLLM):
         timeout: float | httpx.Timeout | None = None,  # noqa: ASYNC109  # LiteLLM's CustomLLM signature
         client: AsyncHTTPHandler | None = None,
     ) -> AsyncIterator[GenericStreamingChunk]:
+        messages = [_as_text(m) for m in messages]
         answer = _answer(messages, optional_params)
         for start in range(0, len(answer.reasoning), self.chunk_chars):
             # Our stream reader takes `reasoning_content` from a chunk (as DeepSeek's reasoner sends it).

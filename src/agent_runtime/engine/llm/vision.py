@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from agent_runtime.engine.errors import AppError
 from agent_runtime.engine.llm.models import WireMessage
-from agent_runtime.settings import Settings
+from agent_runtime.settings import DEMO_MODEL, Settings
 
 # Invisible separators keep a marker off any word the user wrote around it.
 _MARKER = "\u2063[image {id}]\u2063"
@@ -31,7 +31,8 @@ def image_marker(image_id: str) -> str:
 
 
 def image_models(settings: Settings) -> frozenset[str]:
-    return frozenset(m.strip() for m in settings.llm_image_models.split(",") if m.strip())
+    """LLM_IMAGE_MODELS, and the offline demo model, which says what it was shown (demo_provider.py)."""
+    return frozenset({DEMO_MODEL, *(m.strip() for m in settings.llm_image_models.split(",") if m.strip())})
 
 
 def with_images(

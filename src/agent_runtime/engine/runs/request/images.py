@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.engine.memory.messages import ImageAttachment, UserMessage
 from agent_runtime.settings import Settings
 
@@ -172,7 +173,7 @@ def image_policy(stages: Mapping[str, CallOptions], settings: Settings) -> Image
     return ImagePolicy(
         max_bytes=settings.max_image_bytes,
         max_per_message=settings.max_images_per_message,
-        image_models=frozenset(m.strip() for m in settings.llm_image_models.split(",") if m.strip()),
+        image_models=image_models(settings),
         stage_models={stage: options.model for stage, options in stages.items()},
     )
 
