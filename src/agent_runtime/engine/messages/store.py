@@ -123,15 +123,16 @@ class MessageStore:
         self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
     ) -> Page[StoredMessage]:
 
-        async def read(conn: asyncpg.Connection) -> tuple[int, list[asyncpg.Record]]:
+        async def read(conn: asyncpg.Connection) -> Page[StoredMessage]:
             if await conn.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id) is None:
                 raise session_not_found(session_id)
             total = await conn.fetchval(COUNT_VISIBLE_SQL, session_id, ctx.user_id)
-            return total, await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
+            rows = await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
+            items = [row_to_message(r).for_client() for r in rows]
+            return Page[StoredMessage](items=items, total=total, limit=limit, offset=offset)
 
-        total, rows = await self._pool.read(read)
-        items = [row_to_message(r).for_client() for r in rows]
-        return Page[StoredMessage](items=items, total=total, limit=limit, offset=offset)
+        page: Page[StoredMessage] = await self._pool.read(read)
+        return page
 
     async def image(self, ctx: RequestContext, session_id: UUID, image_id: str) -> StoredImage:
         """An inline image of one of the caller's sessions (its type and bytes); 404 for anyone else's."""

@@ -59,12 +59,13 @@ class SessionService:
     async def list(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None = None) -> Page[Session]:
         pattern = _like_pattern(q) if q else None
 
-        async def read(conn: asyncpg.Connection) -> tuple[int, list[asyncpg.Record]]:
+        async def read(conn: asyncpg.Connection) -> Page[Session]:
             total = await conn.fetchval(COUNT_SQL, ctx.user_id, pattern)
-            return total, await conn.fetch(LIST_SQL, ctx.user_id, pattern, limit, offset)
+            rows = await conn.fetch(LIST_SQL, ctx.user_id, pattern, limit, offset)
+            return Page[Session](items=[row_to_session(r) for r in rows], total=total, limit=limit, offset=offset)
 
-        total, rows = await self._pool.read(read)
-        return Page[Session](items=[row_to_session(r) for r in rows], total=total, limit=limit, offset=offset)
+        page: Page[Session] = await self._pool.read(read)
+        return page
 
     async def update(self, ctx: RequestContext, session_id: UUID, data: SessionUpdate) -> Session:
         row = await self._pool.fetchrow(UPDATE_TITLE_SQL, session_id, ctx.user_id, data.title)
