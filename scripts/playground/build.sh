@@ -5,3 +5,4 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 npm ci --no-audit --no-fund
 npm run build
+python3 digest.py > ../../src/agent_runtime/playground/static/source.sha256
