@@ -21,7 +21,7 @@ from tests.runs.conftest import (
     text_messages,
     types,
 )
-from tests.stubs.deepseek_stub import StubReply, StubToolCall
+from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
 from tests.support.errors import error_body
 
 CALCULATOR = StubToolCall(id="call_calc_1", name="calculator", arguments='{"expression": "6*7"}')
@@ -41,9 +41,8 @@ def user_message(message_id: str, content: str) -> dict[str, Any]:
     return {"id": message_id, "role": "user", "content": content}
 
 
-async def regenerate(h: Harness, user: User, sid: str, **body: Any) -> RunResult:
-    response = await h.client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"regenerate": True, **body})
-    return h._result(response)
+async def regenerate(h: Harness, user: User, sid: str) -> RunResult:
+    return await h.run_body(user, sid, {"regenerate": True})
 
 
 async def superseded(h: Harness, user: User, sid: str) -> list[dict[str, Any]]:
@@ -342,3 +341,30 @@ async def test_another_users_session_cannot_be_regenerated(h: Harness, make_user
         )
     assert await h.rows(owner, sid) == rows
     assert len(h.stub.requests) == 1
+
+
+async def test_a_failed_regeneration_leaves_no_visible_reply_and_can_be_regenerated_again(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    h.stub.enqueue(intent_direct("First answer."))
+    await h.run(user, sid, "hello")
+
+    # Beyond the retries and the fallback (llm_max_retries = 2): the run fails.
+    h.stub.enqueue(*[StubFault(kind="status", status=503)] * 6)
+    failed = await regenerate(h, user, sid)
+    assert types(failed.events)[-1] == "RUN_ERROR", failed.body
+    assert failed.events[-1]["code"] == "llm_unavailable"
+    assert brief(await h.visible(user, sid)) == [(1, "user", "user_input", "hello")]
+    assert brief(await superseded(h, user, sid)) == [(2, "assistant", "assistant_output", "First answer.")]
+    assert (await h.session(user, sid))["status"] == "failed"
+
+    h.stub.enqueue(intent_direct("Second answer."))
+    again = await regenerate(h, user, sid)
+    assert types(again.events)[-1] == "RUN_FINISHED", again.body
+    assert brief(await h.visible(user, sid)) == [
+        (1, "user", "user_input", "hello"),
+        (3, "assistant", "assistant_output", "Second answer."),
+    ]
+    assert brief(await superseded(h, user, sid)) == [(2, "assistant", "assistant_output", "First answer.")]

@@ -69,31 +69,31 @@ def visible_sql(seq: str = "seq") -> str:
     return f"{seq} > 0 AND NOT {superseded_sql(seq)}"
 
 
-_OWNED_ROWS = "session_id = $1 AND user_id = $2"
-
-COUNT_VISIBLE_SQL = f"SELECT count(*) FROM agent_chat_messages WHERE {_OWNED_ROWS} AND {visible_sql()}"
+COUNT_VISIBLE_SQL = (
+    f"SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}"
+)
 
 PAGE_VISIBLE_SQL = f"""
 SELECT {COLUMNS} FROM agent_chat_messages
-WHERE {_OWNED_ROWS} AND {visible_sql()}
+WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}
 ORDER BY seq LIMIT $3 OFFSET $4
 """
 
 # The rows regenerations replaced (visible before, audit now), in seq order.
-COUNT_SUPERSEDED_SQL = (
-    f"SELECT count(*) FROM agent_chat_messages WHERE {_OWNED_ROWS} AND seq > 0 AND {superseded_sql()}"
-)
+COUNT_SUPERSEDED_SQL = f"""
+SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND {superseded_sql()}
+"""
 
 PAGE_SUPERSEDED_SQL = f"""
 SELECT {COLUMNS} FROM agent_chat_messages
-WHERE {_OWNED_ROWS} AND seq > 0 AND {superseded_sql()}
+WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND {superseded_sql()}
 ORDER BY seq LIMIT $3 OFFSET $4
 """
 
 LATEST_VISIBLE_SQL = f"""
 SELECT * FROM (
     SELECT {COLUMNS} FROM agent_chat_messages
-    WHERE {_OWNED_ROWS} AND {visible_sql()}
+    WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}
     ORDER BY seq DESC LIMIT $3
 ) newest ORDER BY seq
 """
