@@ -4,13 +4,15 @@ leaves the visible thread, MESSAGES_SNAPSHOT and the model's history, and stays 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
     Harness,
+    MakeHarness,
     RunResult,
     client_messages,
     execution_done,
@@ -31,6 +33,13 @@ CONFETTI = {
     "description": "Celebrate on the user's screen.",
     "parameters": {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
 }
+
+
+@pytest.fixture
+async def h(make_harness: MakeHarness) -> AsyncIterator[Harness]:
+    # A test alone in its process imports CrewAI in its first run: on a busy machine longer than a keepalive.
+    async with make_harness(sse_keepalive_seconds=120) as harness:
+        yield harness
 
 
 def agui_input(thread_id: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -192,13 +201,22 @@ async def test_agui_regenerate_is_the_thread_truncated_at_the_user_message(
         ("assistant", "Third time."),
     ]
     assert [m["content"] for m in await superseded(h, user, sid)] == ["Hi from AG-UI!", "Hello again!"]
+    (third_id,) = text_messages(third.events)
+
+    # The next turn's snapshot is the thread with the last reply only.
+    h.stub.enqueue(intent_direct("Bye!"))
+    reply = {"id": third_id, "role": "assistant", "content": "Third time."}
+    after = await h.agui(user, agui_input(sid, [user_message("u-1", "hello agui"), reply, user_message("u-2", "bye")]))
+    assert types(after.events)[-1] == "RUN_FINISHED", after.body
+    (snapshot,) = after.of_type("MESSAGES_SNAPSHOT")
+    assert snapshot["messages"] == [user_message("u-1", "hello agui"), reply, user_message("u-2", "bye")]
 
     # The flag with something new to run on is a contradiction.
     rows = await h.rows(user, sid)
     mixed = await h.client.post(
         "/v1/agui",
         headers=user.headers,
-        json=agui_input(sid, [user_message("u-2", "new")], forwardedProps={"regenerate": True}),
+        json=agui_input(sid, [user_message("u-3", "new")], forwardedProps={"regenerate": True}),
     )
     assert (mixed.status_code, mixed.json()) == (
         422,
