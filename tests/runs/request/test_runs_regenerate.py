@@ -15,6 +15,7 @@ from tests.runs.conftest import (
     MakeHarness,
     RunResult,
     client_messages,
+    cny_cost,
     execution_done,
     intent_direct,
     intent_needs,
@@ -22,6 +23,7 @@ from tests.runs.conftest import (
     run_cost,
     text_messages,
     types,
+    usage,
 )
 from tests.stubs.deepseek_stub import StubFault, StubReply, StubToolCall
 from tests.support.errors import error_body
@@ -386,3 +388,36 @@ async def test_a_failed_regeneration_leaves_no_visible_reply_and_can_be_regenera
         (3, "assistant", "assistant_output", "Second answer."),
     ]
     assert brief(await superseded(h, user, sid)) == [(2, "assistant", "assistant_output", "First answer.")]
+
+
+async def test_a_regeneration_that_calls_a_tool_bills_every_call_of_it(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    h.stub.enqueue(intent_direct("About 40."))
+    first = await h.run(user, sid, "what is 6*7?")
+
+    h.stub.enqueue(
+        intent_needs("Compute 6*7.", usage=usage(900, 40, 800)),
+        StubReply(tool_calls=[CALCULATOR], usage=usage(1200, 20, 900)),
+        execution_done("42", {"result": 42}, usage=usage(1300, 60, 1200)),
+        organized("It is 42.", usage=usage(1100, 30, 1000)),
+    )
+    again = await regenerate(h, user, sid)
+    assert types(again.events)[-1] == "RUN_FINISHED", again.body
+
+    assert [(m["seq"], m["role"], m["metadata"]["kind"]) for m in await h.visible(user, sid)] == [
+        (1, "user", "user_input"),
+        (3, "assistant", "tool_call"),
+        (4, "tool", "tool_result"),
+        (5, "assistant", "assistant_output"),
+    ]
+    assert brief(await superseded(h, user, sid)) == [(2, "assistant", "assistant_output", "About 40.")]
+    # The run's first row is its tool call (it stored no input row): its cost is the run's too.
+    cost = run_cost(again.events)
+    expected = sum(cny_cost(*u) for u in ((900, 40, 800), (1200, 20, 900), (1300, 60, 1200), (1100, 30, 1000)))
+    assert (Decimal(cost["cost"]), cost["modelCalls"], cost["inputTokens"]) == (expected, 4, 4500)
+    total = await session_usage(h, user, sid)
+    assert Decimal(total["cost"]) == expected + Decimal(run_cost(first.events)["cost"])
+    assert total["model_calls"] == 5

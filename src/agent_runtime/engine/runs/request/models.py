@@ -151,6 +151,7 @@ class RunRequest(BaseModel):
 
     regenerate: bool = Field(
         default=False,
+        strict=True,
         description="Answer the thread's last user turn again (engine/runs/request/regenerate.py): the previous "
         "reply becomes audit, the new one the visible one; alone (or with `context`), else a 422 naming the field.",
     )
