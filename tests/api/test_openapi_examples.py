@@ -114,6 +114,10 @@ async def test_each_example_is_accepted_by_its_route(app: FastAPI, client: httpx
             # A valid answer to an interrupt or tool call this new session does not have: a conflict, not a 422.
             assert (response.status_code, response.json()["error"]["code"]) == (409, "interrupt_unknown"), sent
             continue
+        if example.get("regenerate") is True:
+            # A valid regeneration of a turn this new session does not have: a conflict too.
+            assert (response.status_code, response.json()["error"]["code"]) == (409, "nothing_to_regenerate"), sent
+            continue
         assert response.status_code in (200, 201), sent
         if response.headers["content-type"].startswith("text/event-stream"):
             assert '"type":"RUN_FINISHED"' in response.text, sent

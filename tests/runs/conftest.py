@@ -249,6 +249,11 @@ class Harness:
         )
         return self._result(response)
 
+    async def run_body(self, user: User, session_id: str, body: dict[str, Any]) -> RunResult:
+        """A REST run with any body (`run` sends a message)."""
+        response = await self.client.post(f"/v1/sessions/{session_id}/runs", headers=user.headers, json=body)
+        return self._result(response)
+
     async def agui(self, user: User | None, payload: dict[str, Any]) -> RunResult:
         headers = user.headers if user is not None else {}
         return self._result(await self.client.post("/v1/agui", headers=headers, json=payload))

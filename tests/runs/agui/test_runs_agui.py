@@ -143,7 +143,7 @@ async def test_another_users_thread_answers_exactly_like_a_missing_one(
 @pytest.mark.parametrize(
     "messages",
     [
-        pytest.param([user_message("u-1", "hello agui")], id="only-stored-messages"),
+        # Only the stored messages, up to the last user message: a regeneration (request/test_runs_regenerate.py).
         pytest.param(
             [user_message("u-1", "hello agui"), {"id": "a-9", "role": "assistant", "content": "x"}],
             id="ends-with-assistant",

@@ -25,6 +25,7 @@ from agent_runtime.engine.runs.request.models import (
     RunRequest,
     parse_last_event_id,
 )
+from agent_runtime.engine.runs.request.regenerate import rest_run_input
 from agent_runtime.engine.runtime import RuntimeEngine
 
 router = APIRouter(prefix="/v1", tags=["runs"])
@@ -80,13 +81,18 @@ def _sse(handle: RunHandle, engine: RuntimeEngine) -> StreamingResponse:
 )
 async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: Caller) -> StreamingResponse:
     """Run the agent on a new user message, or resume a run that stopped for approvals (`resume`: one
-    entry per interrupt of its RUN_FINISHED); the answer streams back as AG-UI events.
+    entry per interrupt of its RUN_FINISHED), or answer the last user turn again (`regenerate: true`: the
+    previous reply becomes audit, see docs/api.md); the answer streams back as AG-UI events.
 
     Refused before any event: 409 `run_in_progress` (this session runs already) or `interrupt_pending` (the
-    session waits for approvals and the request does not answer them), 429 `server_busy` (this process runs
+    session waits for approvals and the request does not answer them), and for `regenerate: true`
+    `regenerate_pending` (the last turn waits for approvals or tool results) or `nothing_to_regenerate` (no
+    user message yet); 429 `server_busy` (this process runs
     MAX_CONCURRENT_RUNS) or `too_many_runs` (you run MAX_CONCURRENT_RUNS_PER_USER), both with `Retry-After`,
     and 503 `shutting_down`.
     """
+    if body.regenerate:
+        return _sse(await engine.runs.start(ctx, session_id, rest_run_input(body)), engine)
     messages = []
     if body.message is not None:
         images = [image.attachment() for image in body.images]

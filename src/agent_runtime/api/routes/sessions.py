@@ -71,6 +71,17 @@ async def get_image(session_id: UUID, image_id: UUID, engine: Engine, ctx: Calle
 
 
 @router.get("/{session_id}/messages", response_model=Page[StoredMessage], responses=error_responses(401, 404, 422))
-async def list_messages(session_id: UUID, engine: Engine, ctx: Caller, page: Paging) -> Page[StoredMessage]:
-    """Visible messages (seq > 0) in seq order."""
-    return await engine.messages.list_visible(ctx, session_id, limit=page.limit, offset=page.offset)
+async def list_messages(
+    session_id: UUID,
+    engine: Engine,
+    ctx: Caller,
+    page: Paging,
+    superseded: Annotated[
+        bool,
+        Query(description="Instead of the visible thread: the replies regenerations replaced (audit now, billed)."),
+    ] = False,
+) -> Page[StoredMessage]:
+    """Visible messages (seq > 0, without replies a regeneration replaced) in seq order."""
+    return await engine.messages.list_visible(
+        ctx, session_id, limit=page.limit, offset=page.offset, superseded=superseded
+    )

@@ -12,10 +12,12 @@ from pydantic import BaseModel, Field
 from agent_runtime.engine.errors import BadRequestError
 from agent_runtime.engine.memory.errors import DuplicateMessageError, InvalidConversationIdError
 from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage
+from agent_runtime.engine.messages.repository import visible_sql
 
 # Every statement takes the caller's `user_id`.
 _COLUMNS = "message_id, seq, role, content, metadata, created_at"
-_VISIBLE = "session_id = $1 AND user_id = $2 AND seq > 0"
+# Visible and not replaced by a regeneration (engine/messages/repository.py).
+_VISIBLE = f"session_id = $1 AND user_id = $2 AND {visible_sql()}"
 # One statement of bounded index reads: the newest mark (primary key of agent_memory_windows); before any cut,
 # the first user message instead; the newest `$3` + 1 non-system messages from that start (one more than asked,
 # to know whether there are more; idx_messages_session_seq_display); the newest system message and, when that
@@ -71,7 +73,8 @@ ORDER BY seq DESC LIMIT $5
 
 # The marks go too: a summary of deleted messages must not outlive them.
 DELETE_CONVERSATION_SQL = (
-    "WITH marks AS (DELETE FROM agent_memory_windows WHERE session_id = $1 AND user_id = $2) "
+    "WITH marks AS (DELETE FROM agent_memory_windows WHERE session_id = $1 AND user_id = $2), "
+    "ranges AS (DELETE FROM agent_chat_superseded WHERE session_id = $1 AND user_id = $2) "
     "DELETE FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2"
 )
 

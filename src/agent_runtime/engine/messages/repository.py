@@ -53,18 +53,47 @@ RETURNING {COLUMNS}
 
 SESSION_OWNED_SQL = "SELECT 1 FROM agent_chat_sessions WHERE id = $1 AND user_id = $2"
 
-COUNT_VISIBLE_SQL = "SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND seq > 0"
+
+def superseded_sql(seq: str = "seq") -> str:
+    """Whether the row whose seq is `seq` lies in a range a regeneration replaced (migrations/0012), in the
+    session `$1` of the owner `$2`."""
+    return (
+        "EXISTS (SELECT 1 FROM agent_chat_superseded x WHERE x.session_id = $1 AND x.user_id = $2"
+        f" AND {seq} BETWEEN x.from_seq AND x.to_seq)"
+    )
+
+
+def visible_sql(seq: str = "seq") -> str:
+    """The visible conversation's rows: seq > 0, and not replaced by a regeneration. Every read of what a client
+    or the model sees of a thread takes this; usage and budgets do not (a replaced reply stays billed)."""
+    return f"{seq} > 0 AND NOT {superseded_sql(seq)}"
+
+
+COUNT_VISIBLE_SQL = (
+    f"SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}"
+)
 
 PAGE_VISIBLE_SQL = f"""
 SELECT {COLUMNS} FROM agent_chat_messages
-WHERE session_id = $1 AND user_id = $2 AND seq > 0
+WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}
+ORDER BY seq LIMIT $3 OFFSET $4
+"""
+
+# The rows regenerations replaced (visible before, audit now), in seq order.
+COUNT_SUPERSEDED_SQL = f"""
+SELECT count(*) FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND {superseded_sql()}
+"""
+
+PAGE_SUPERSEDED_SQL = f"""
+SELECT {COLUMNS} FROM agent_chat_messages
+WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND {superseded_sql()}
 ORDER BY seq LIMIT $3 OFFSET $4
 """
 
 LATEST_VISIBLE_SQL = f"""
 SELECT * FROM (
     SELECT {COLUMNS} FROM agent_chat_messages
-    WHERE session_id = $1 AND user_id = $2 AND seq > 0
+    WHERE session_id = $1 AND user_id = $2 AND {visible_sql()}
     ORDER BY seq DESC LIMIT $3
 ) newest ORDER BY seq
 """

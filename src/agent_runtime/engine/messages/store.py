@@ -21,9 +21,11 @@ from agent_runtime.engine.errors import ConflictError, NotFoundError, session_no
 from agent_runtime.engine.messages.models import NewMessage, StoredImage, StoredMessage
 from agent_runtime.engine.messages.repository import (
     APPEND_SQL,
+    COUNT_SUPERSEDED_SQL,
     COUNT_VISIBLE_SQL,
     IMAGE_SQL,
     LATEST_VISIBLE_SQL,
+    PAGE_SUPERSEDED_SQL,
     PAGE_VISIBLE_SQL,
     SESSION_OWNED_SQL,
     row_to_message,
@@ -120,14 +122,18 @@ class MessageStore:
         return await insert_messages(self._pool, ctx, session_id, messages)
 
     async def list_visible(
-        self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int
+        self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int, superseded: bool = False
     ) -> Page[StoredMessage]:
+        """The visible thread; `superseded`: instead, the rows regenerations replaced (audit now, still billed)."""
+        count_sql, page_sql = (
+            (COUNT_SUPERSEDED_SQL, PAGE_SUPERSEDED_SQL) if superseded else (COUNT_VISIBLE_SQL, PAGE_VISIBLE_SQL)
+        )
 
         async def read(conn: asyncpg.Connection) -> Page[StoredMessage]:
             if await conn.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id) is None:
                 raise session_not_found(session_id)
-            total = await conn.fetchval(COUNT_VISIBLE_SQL, session_id, ctx.user_id)
-            rows = await conn.fetch(PAGE_VISIBLE_SQL, session_id, ctx.user_id, limit, offset)
+            total = await conn.fetchval(count_sql, session_id, ctx.user_id)
+            rows = await conn.fetch(page_sql, session_id, ctx.user_id, limit, offset)
             items = [row_to_message(r).for_client() for r in rows]
             return Page[StoredMessage](items=items, total=total, limit=limit, offset=offset)
 

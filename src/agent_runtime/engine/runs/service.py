@@ -46,6 +46,7 @@ from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
 from agent_runtime.engine.runs.request.plan import TurnPlan, plan_turn
+from agent_runtime.engine.runs.request.regenerate import require_regenerable
 from agent_runtime.engine.runs.request.turn_input import (
     TokenCounter,
     check_turn_input,
@@ -144,8 +145,8 @@ class RunService:
     # -- start ---------------------------------------------------------------------------------------
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
-        # A new turn is planned as if nothing were pending (its start statement checks); answers need them first.
-        answers = run_input.resume or run_input.tool_results
+        # A new turn is planned as if nothing were pending (its start checks); answers, regenerations need them first.
+        answers = run_input.resume or run_input.tool_results or run_input.regenerate
         thread = await self._pending.load(ctx, session_id) if answers else None
         return await self._start(ctx, session_id, run_input, thread)
 
@@ -164,6 +165,7 @@ class RunService:
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
     ) -> RunHandle:
+        require_regenerable(run_input, thread)
         plan = plan_turn(run_input, thread.pending if thread else None, self.tool_map)
         limit = message_token_limit(self._settings.memory_max_tokens)
         run_input = await check_turn_input(run_input, limit=limit, counter=self._token_counter, images=self._images)
@@ -200,13 +202,13 @@ class RunService:
 
     async def _start_in_db(self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan) -> Started:
         run_id = run_input.run_id or uuid4()
-        swept = False
+        swept, state, regenerate = False, run_input.client_state, run_input.regenerate
         while True:
             expected = plan.pending.id if plan.pending is not None else None
             rows = rows_to_store(run_input, plan, run_id)
             try:
                 started = await self.store.start(
-                    ctx, session_id, run_id, rows, pending_id=expected, client_state=run_input.client_state
+                    ctx, session_id, run_id, rows, pending_id=expected, client_state=state, regenerate=regenerate
                 )
             except RunIdTakenError:
                 # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.

@@ -6,7 +6,11 @@
   messages that answer nothing pending, are neither stored nor shown to the model, and the run says so
   (`RunInput.ignored`: a CUSTOM `input_ignored` event and a log line with the request id);
 - every text anywhere in the input (ids, contents, tool calls, context, tools, state, resume...) must be
-  storable: NUL or a lone surrogate is a 422 naming the field, before anything is stored.
+  storable: NUL or a lone surrogate is a 422 naming the field, before anything is stored;
+- a regeneration (AG-UI has no field for it: clients drop the reply and send the thread up to the user message
+  it answered): an input with no new user message, tool result or resume entry whose last message is the
+  thread's last stored user message, or any input with `forwardedProps.regenerate: true` and nothing new
+  (request/regenerate.py; with something new, that flag is a 422).
 """
 
 from __future__ import annotations
@@ -166,6 +170,20 @@ def _resume(entries: list[agui.ResumeEntry] | None) -> list[ResumeDecision]:
     return decisions
 
 
+def _regenerate(agui_input: agui.RunAgentInput, *, nothing_new: bool, last_user_id: str | None) -> bool:
+    props = agui_input.forwarded_props
+    asked = isinstance(props, dict) and props.get("regenerate") is True
+    if asked and not nothing_new:
+        raise _invalid(
+            "a regeneration takes no new input",
+            ["body", "forwardedProps", "regenerate"],
+            "not allowed with new user messages, tool results or resume entries",
+        )
+    last = agui_input.messages[-1] if agui_input.messages else None
+    truncated = isinstance(last, agui.UserMessage) and last_user_id is not None and last.id == last_user_id
+    return nothing_new and (asked or truncated)
+
+
 def run_input_from_agui(
     agui_input: agui.RunAgentInput,
     *,
@@ -173,9 +191,10 @@ def run_input_from_agui(
     pending: PendingTurn | None,
     server_tools: Collection[str],
     offer_tools: bool = True,
+    last_user_id: str | None = None,
 ) -> RunInput:
-    """What the run takes from the input, given the thread's stored message ids and pending turn;
-    `offer_tools`: AGUI_FRONTEND_TOOLS (off: the client's tools are not offered to the model)."""
+    """What the run takes from the input, given the thread's stored message ids, pending turn and last user
+    message; `offer_tools`: AGUI_FRONTEND_TOOLS (off: the client's tools are not offered to the model)."""
     waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
     new: list[UserMessage] = []
     results: list[ToolMessage] = []
@@ -194,7 +213,8 @@ def run_input_from_agui(
     if len(new) > MAX_NEW_MESSAGES:
         raise _invalid("too many new messages", ["body", "messages"], f"at most {MAX_NEW_MESSAGES} new user messages")
     resume = _resume(agui_input.resume)
-    if not new and not results and not resume:
+    regenerate = _regenerate(agui_input, nothing_new=not (new or results or resume), last_user_id=last_user_id)
+    if not new and not results and not resume and not regenerate:
         raise _invalid(
             "no new user message to run on",
             ["body", "messages"],
@@ -215,6 +235,7 @@ def run_input_from_agui(
         client_state=_client_state(agui_input.state),
         ignored=ignored,
         run_id=client_run_id,
+        regenerate=regenerate,
     )
 
 
@@ -243,6 +264,7 @@ async def read_agui_input(
         pending=thread.pending,
         server_tools=server_tools,
         offer_tools=offer_tools,
+        last_user_id=thread.last_user_id,
     )
     if run_input.ignored:
         # Named explicitly: ops match this line to the response's X-Request-ID.

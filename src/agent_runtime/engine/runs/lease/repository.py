@@ -2,7 +2,7 @@
 the records its long statements take (the convention is in `engine/sessions/repository.py`). Every statement
 on a user's rows takes the owner (`user_id`); the sweep, the repair and retention are the system's (below).
 
-The start and the finish take 20 parameters each: each has a record (`StartRecord`, `FinishRecord`) whose
+The start and the finish take 21 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
 `args()` is the one place that orders them, next to a map of what each `$n` is, so that the statement and its
 arguments are read and changed together.
 """
@@ -38,10 +38,11 @@ class StartRecord(BaseModel):
     pending_id: str | None = Field(description="The pending turn the run was planned against (None: none).")
     client_state: dict[str, JsonValue] | None
     reserved_cny: Decimal = Field(ge=0, description="The run's worst-case cost, held against the user's budgets.")
+    regenerate: bool = Field(default=False, description="The run answers the last user turn again.")
 
     def args(self) -> list[Any]:
         # $1 session_id, $2 user_id, $3 run_id, $4 lease_owner, $5 lease_seconds, $6 visible, $7 audit, $8 title,
-        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny
+        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny, $21 regenerate
         return [
             self.session_id,
             self.user_id,
@@ -55,6 +56,7 @@ class StartRecord(BaseModel):
             self.pending_id,
             self.client_state,
             self.reserved_cny,
+            self.regenerate,
         ]
 
 
@@ -105,9 +107,24 @@ WITH started AS (
      WHERE id = $1 AND user_id = $2 AND status <> 'running'
        -- The run was planned against this pending turn (engine/runs/request/pending.py), or none: it takes it.
        AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $18::text
+       -- A regeneration answers the last user message again: there must be one.
+       AND (NOT $21::bool OR EXISTS (SELECT 1 FROM agent_chat_messages u
+                                     WHERE u.session_id = $1 AND u.user_id = $2 AND u.seq > 0 AND u.role = 'user'))
     RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state
 ), run AS (
     INSERT INTO agent_runs (id, session_id, user_id, reserved_cny) SELECT $3::uuid, id, $2, $20 FROM started
+), superseded AS (
+    -- The reply it replaces: every visible row after the last user message that no earlier regeneration
+    -- replaced, up to the last one stored (the session row's lock, taken above, keeps others from appending).
+    INSERT INTO agent_chat_superseded (session_id, user_id, from_seq, to_seq, run_id)
+    SELECT $1, $2, b.after + 1, s.first_seq - 1, $3::uuid
+      FROM started s CROSS JOIN LATERAL (
+           SELECT greatest(
+                      (SELECT max(seq) FROM agent_chat_messages
+                        WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND role = 'user'),
+                      (SELECT max(to_seq) FROM agent_chat_superseded WHERE session_id = $1 AND user_id = $2)
+                  ) AS after) b
+     WHERE $21::bool AND b.after + 1 <= s.first_seq - 1
 ), inserted AS (
     {INSERT_ROWS_SQL}
     FROM {incoming_rows_sql(9)} CROSS JOIN started c
@@ -133,11 +150,12 @@ WITH c AS (
     RETURNING input_tokens, output_tokens, cost, metadata
 ), m AS (
     -- This run's rows: those just inserted, and those it wrote before (tool rows), which are the visible
-    -- rows after its first input row (a session runs one run at a time, and `c` proves it still is ours).
+    -- rows from its first input row on (a session runs one run at a time, and `c` proves it still is ours;
+    -- a regeneration has no input row: its first tool row takes that seq).
     SELECT input_tokens, output_tokens, cost, metadata FROM ins
     UNION ALL
     SELECT input_tokens, output_tokens, cost, metadata FROM agent_chat_messages
-     WHERE session_id = $1 AND user_id = $2 AND seq > $9 AND EXISTS (SELECT 1 FROM c)
+     WHERE session_id = $1 AND user_id = $2 AND seq >= $9 AND EXISTS (SELECT 1 FROM c)
 )
 SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost_source'
 """

@@ -154,11 +154,14 @@ class RunStore:
         *,
         pending_id: str | None = None,
         client_state: dict[str, JsonValue] | None = None,
+        regenerate: bool = False,
     ) -> StartedRun | None:
         """Move the session to `running` under this process's lease and store the run's input messages.
 
         The run takes the session's pending turn (AG-UI interrupts, frontend tool calls) it was planned
-        against, `pending_id` (None: nothing pending), and stores the client's AG-UI state when given. The run
+        against, `pending_id` (None: nothing pending), and stores the client's AG-UI state when given. A
+        regeneration (`regenerate`) records the range of the reply it replaces in the
+        same statement (engine/runs/request/regenerate.py), and needs a user message in the thread. The run
         holds its reservation against the user's budgets until it ends (migrations/0009).
 
         None when the session is running already, or waits for another pending turn than `pending_id` (the
@@ -182,6 +185,7 @@ class RunStore:
                 pending_id=pending_id,
                 client_state=client_state,
                 reserved_cny=reserved,
+                regenerate=regenerate,
             )
             row = await self._pool.fetchrow(START_SQL, *record.args())
         except asyncpg.UniqueViolationError as exc:

@@ -96,7 +96,12 @@ class RunRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "anyOf": [{"required": ["message"]}, {"required": ["resume"]}, {"required": ["tool_results"]}],
+            "anyOf": [
+                {"required": ["message"]},
+                {"required": ["resume"]},
+                {"required": ["tool_results"]},
+                {"required": ["regenerate"], "properties": {"regenerate": {"const": True}}},
+            ],
             "not": {"required": ["message", "resume"]},
             "dependentRequired": {"images": ["message"]},
             "examples": [
@@ -108,6 +113,7 @@ class RunRequest(BaseModel):
                 },
                 {"resume": [{"interrupt_id": "approve-call_00_Mq3x4", "status": "resolved"}]},
                 {"message": "Thanks!", "tool_results": [{"tool_call_id": "call_00_Mq3x4", "content": "{}"}]},
+                {"regenerate": True},
             ],
         },
     )
@@ -143,14 +149,21 @@ class RunRequest(BaseModel):
         "with a `message` too, they close the calls and the new message runs.",
     )
 
+    regenerate: bool = Field(
+        default=False,
+        strict=True,
+        description="Answer the thread's last user turn again (engine/runs/request/regenerate.py): the previous "
+        "reply becomes audit, the new one the visible one; alone (or with `context`), else a 422 naming the field.",
+    )
+
     @model_validator(mode="after")
     def _message_or_resume(self) -> RunRequest:
         if self.message is not None and self.resume:
             raise ValueError("send either a message or resume entries (not both)")
         if self.images and self.message is None:
             raise ValueError("images go with a message")
-        if self.message is None and not self.resume and not self.tool_results:
-            raise ValueError("send a message, resume entries or tool results")
+        if self.message is None and not self.resume and not self.tool_results and not self.regenerate:
+            raise ValueError("send a message, resume entries or tool results (or regenerate)")
         return self
 
 
@@ -176,6 +189,7 @@ class RunInput(BaseModel):
     legacy: bool = Field(
         default=False, description="An AG-UI client that declared no protocol version 1.0 or newer (pre-1.0 schemas)."
     )
+    regenerate: bool = Field(default=False, description="Answer the last user turn again (request/regenerate.py).")
 
 
 _MAX_EVENT_SEQ = 2_147_483_647

@@ -55,6 +55,7 @@ class SessionAguiState(BaseModel):
     pending: PendingTurn | None
     client_state: dict[str, JsonValue] | None
     stored_ids: set[str] = Field(description="Of the message ids asked about, those the session holds.")
+    last_user_id: str | None = Field(default=None, description="The thread's last user message (None: none yet).")
 
 
 class PendingStore:
@@ -76,4 +77,5 @@ class PendingStore:
             pending=PendingTurn.model_validate(pending) if pending is not None else None,
             client_state=row["client_state"],
             stored_ids=set(row["stored_ids"]),
+            last_user_id=row["last_user_id"],
         )

@@ -1,6 +1,7 @@
 """Whether a run may start, given what the thread waits for, and what it does with the waiting tool calls.
 
-- Nothing pending: a new turn (new user messages required; resume entries and tool results are refused).
+- Nothing pending: a new turn (new user messages required; resume entries and tool results are refused), or a
+  regeneration of the last one (request/regenerate.py), which is refused (409) while anything is pending.
 - A new user message always starts a new turn, whatever is pending, so a thread never refuses every message
   (a client that cannot answer, or whose answer was refused, can always go on). The suspended reply's calls
   are closed first, in call order: a frontend call with the client's result when the same request carries
@@ -27,6 +28,7 @@ from agent_runtime.engine.memory.messages import ToolMessage
 from agent_runtime.engine.runs.request.approval import read_approval
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingCall, PendingTurn
+from agent_runtime.engine.runs.request.regenerate import refuse_pending
 
 DENIED = json.dumps({"error": "denied by the user"})
 NOT_RUN_BY_CLIENT = json.dumps({"error": "the client did not run this tool"})
@@ -114,6 +116,7 @@ def _closing(pending: PendingTurn, results: list[ToolMessage], denied: set[str])
 
 
 def plan_turn(run_input: RunInput, pending: PendingTurn | None, tools: Mapping[str, Tool[Any]]) -> TurnPlan:
+    refuse_pending(run_input, pending)
     if pending is None:
         if run_input.resume or run_input.tool_results:
             loc = "resume" if run_input.resume else "tool_results"

@@ -3,9 +3,14 @@ in `engine/sessions/repository.py`). Every statement takes the owner (`user_id`)
 
 from __future__ import annotations
 
+# `last_user_id`: the thread's last user message (user rows are never replaced by a regeneration: its range
+# starts after one), the turn a regeneration answers again.
 AGUI_STATE_SQL = """
 SELECT pending_turn, client_state,
        ARRAY(SELECT message_id FROM agent_chat_messages
-              WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids
+              WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids,
+       (SELECT message_id FROM agent_chat_messages
+         WHERE session_id = $1 AND user_id = $2 AND seq > 0 AND role = 'user'
+         ORDER BY seq DESC LIMIT 1) AS last_user_id
   FROM agent_chat_sessions WHERE id = $1 AND user_id = $2
 """
