@@ -16,7 +16,8 @@ deterministically (the same words for every policy), so the policies differ only
 Columns: prompt tokens of all calls; cache-hit tokens and share; the largest single prompt; CNY per conversation at
 peak (the session's usage, summed by SQL from the rows the run path recorded) and off-peak (the same rows priced
 again at the off-peak tier of their price entry); model calls; window cuts; and the first call of each turn from the
-third turn on: its lowest and median cache-hit share.
+third turn on: its lowest and median cache-hit share. Long-term memory is on as shipped: each turn's extraction call
+(answered with one fact per topic) counts in the cost and the calls, not as a turn's first call.
 
 Extras: `layout` compares the shipped prompt layout (every call carries the run's tools) with tools only on the calls
 that may call them; `users` prices the first turn of new users with and without the per-user cache isolation
@@ -92,13 +93,6 @@ POLICIES: dict[str, dict[str, Any]] = {
         "memory_low_tokens": 4000,
         "memory_summary": True,
     },
-    "cut 200/32k to 100/16k": {
-        "memory_max_messages": 200,
-        "memory_max_tokens": 32_000,
-        "memory_low_messages": 100,
-        "memory_low_tokens": 16_000,
-        "memory_summary": False,
-    },
     "cut 200/32k to 100/16k + summary": {
         "memory_max_messages": 200,
         "memory_max_tokens": 32_000,
@@ -152,20 +146,12 @@ POLICIES: dict[str, dict[str, Any]] = {
         "memory_low_tokens": 1000,
         "memory_summary": False,
     },
-    "cut 400/6k to 2/1k + summary 200": {
-        "memory_max_messages": 400,
-        "memory_max_tokens": 6_000,
-        "memory_low_messages": 2,
-        "memory_low_tokens": 1000,
-        "memory_summary": True,
-        "memory_summary_max_tokens": 200,
-    },
-    "cut 400/64k to 200/32k + summary": {
-        "memory_max_messages": 400,
-        "memory_max_tokens": 64_000,
-        "memory_low_messages": 200,
-        "memory_low_tokens": 32_000,
-        "memory_summary": True,
+    "no window without long-term memory": {
+        **_EVERYTHING,
+        "memory_low_messages": 100_000,
+        "memory_low_tokens": 10_000_000,
+        "memory_summary": False,
+        "user_memories_enabled": False,
     },
 }
 
@@ -235,7 +221,10 @@ def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _stage(request: RecordedRequest) -> str:
-    """As the flow writes it (engine/flow/prompt.py): a stage request names its stage; the user's turn is intent."""
+    """As the flow writes it (engine/flow/prompt.py): a stage request names its stage; the user's turn is intent.
+    The long-term memory extraction (engine/memories/extraction.py) is its own task, named by its contract."""
+    if any(m.get("role") == "system" and "MemoryExtraction" in str(m.get("content")) for m in request.messages):
+        return "extraction"
     last = _user_texts(request.messages)[-1]
     if '"title":"ConversationSummary"' in last:
         return "summary"
@@ -266,6 +255,14 @@ def respond(request: RecordedRequest) -> StubReply:
     lang = "zh" if any("\u4e00" <= ch <= "\u9fff" for ch in words) else "en"
     thought = _reasoning(request, lang)
     stage = _stage(request)
+    if stage == "extraction":
+        # What a model would keep of "I am curious about <topic>": one fact per topic, nothing once it is known.
+        turn_data = _user_texts(messages)[-1]
+        known, _, said = turn_data.partition('"user_message"')
+        topic = next((t for t in TOPICS[lang] if t in said), None)
+        fact = f"The user is interested in {topic}." if lang == "en" else f"用户对{topic}感兴趣。"
+        operations = [{"action": "add", "fact": fact}] if topic is not None and topic not in known else []
+        return StubReply(content=json.dumps({"operations": operations}, ensure_ascii=False), reasoning_content=thought)
     if stage == "summary":
         said = [t[:80] for t in _user_texts(messages)[:-1] if not t.startswith(("Stage: ", REPAIR))]
         lead = "用户之前问过：" if lang == "zh" else "Earlier the user asked about: "
@@ -389,9 +386,13 @@ async def conversation(
     for turn in range(turns):
         before_requests, before_marks = len(stub.requests), await engine.pool.fetchval(marks, session.id, ctx.user_id)
         await run_turn(engine, ctx, session.id, user_text(lang, turn, tools))
+        # The turn's memory extraction runs after RUN_FINISHED: counted with its turn, not the next one.
+        await engine.memories.wait_idle()
         result.cuts += int(await engine.pool.fetchval(marks, session.id, ctx.user_id) != before_marks)
         calls = list(zip(stub.requests[before_requests:], stub.accounts[before_requests:], strict=True))
-        _, first = next((request, account) for request, account in calls if _stage(request) != "summary")
+        _, first = next(
+            (request, account) for request, account in calls if _stage(request) not in ("summary", "extraction")
+        )
         if turn >= 2:
             result.first_ratios.append(first.hit_tokens / first.prompt_tokens)
         answer = _answer_call([request for request, _ in calls])

@@ -105,14 +105,14 @@ class Settings(BaseSettings):
     migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
     # A cut re-sends what it keeps at the cache-miss price (50x the hit price) once and saves the hit price of what
-    # it drops on every later call. So the window grows long before it is cut, and is then cut deep (to the newest
-    # turn and the summary): a conversation of a hundred turns never cuts, and beyond, the prompt stays bounded
-    # (docs/benchmarks.md, "Conversation cost").
+    # it drops on every later call. So the window grows long before it is cut, and is then cut deep, to the newest
+    # turn. A summary of what a cut drops is one call more and new text after the cached prefix, so the cut turn
+    # misses more: off by default, the cheapest measured configuration (docs/benchmarks.md, "Conversation cost").
     memory_max_messages: int = Field(default=400, ge=1)
-    memory_max_tokens: int = Field(default=16_000, ge=1)
-    memory_low_messages: int = Field(default=4, ge=1)
-    memory_low_tokens: int = Field(default=1500, ge=1)
-    memory_summary: bool | None = None
+    memory_max_tokens: int = Field(default=8_000, ge=1)
+    memory_low_messages: int = Field(default=2, ge=1)
+    memory_low_tokens: int = Field(default=1000, ge=1)
+    memory_summary: bool = False
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 
     # Long-term memories (engine/memories, docs/memories.md): facts about a user kept across sessions, recalled by
@@ -232,7 +232,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MEMORY_LOW_MESSAGES/MEMORY_LOW_TOKENS must not exceed MEMORY_MAX_MESSAGES/MEMORY_MAX_TOKENS"
             )
-        if self.memory_summary_enabled and self.memory_summary_max_tokens >= self.memory_max_tokens:
+        if self.memory_summary and self.memory_summary_max_tokens >= self.memory_max_tokens:
             raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
         if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
             # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
@@ -242,11 +242,6 @@ class Settings(BaseSettings):
             # silently staying on the demo model with a key set) would surprise whoever set the key.
             raise ValueError("OPENAI_API_KEY is set but LLM_MODEL is not: set LLM_MODEL, e.g. openai/gpt-4o-mini")
         return self
-
-    @property
-    def memory_summary_enabled(self) -> bool:
-        """MEMORY_SUMMARY, or when unset: on with a real model, off with the demo model."""
-        return self.memory_summary if self.memory_summary is not None else not self.is_demo_model
 
     @property
     def playground_on(self) -> bool:

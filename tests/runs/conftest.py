@@ -298,6 +298,7 @@ SHORT_WINDOW = {
     "memory_max_tokens": 8000,
     "memory_low_messages": 10,
     "memory_low_tokens": 4000,
+    "memory_summary": True,
 }
 
 

@@ -86,7 +86,7 @@ def load_config(settings: Settings) -> FlowTemplates:
         if task.model is not None:
             catalog.refuse_retired(model_id_for_litellm(task.model), f"{TASKS_FILE}: {name}.model")
     # A summary asked to be up to N tokens long but capped below N would be cut off mid-sentence every time.
-    if settings.memory_summary_enabled and templates.summary_max_tokens < settings.memory_summary_max_tokens:
+    if settings.memory_summary and templates.summary_max_tokens < settings.memory_summary_max_tokens:
         raise TemplateConfigError(
             f"tasks.yaml: memory_summary.max_tokens ({templates.summary_max_tokens}) must be at least "
             f"MEMORY_SUMMARY_MAX_TOKENS ({settings.memory_summary_max_tokens})"

@@ -31,7 +31,9 @@ async def test_turns_between_cuts_send_byte_identical_prefixes(
 ) -> None:
     # make_harness builds its stub from its module's DeepSeekStub; this test's harness gets the caching one.
     monkeypatch.setitem(make_harness.__wrapped__.__globals__, "DeepSeekStub", PrefixCacheStub)  # type: ignore[attr-defined]
-    async with make_harness(memory_max_messages=12, memory_low_messages=6, run_timeout_seconds=120) as h:
+    async with make_harness(
+        memory_max_messages=12, memory_low_messages=6, memory_summary=True, run_timeout_seconds=120
+    ) as h:
         stub = h.stub
         assert isinstance(stub, PrefixCacheStub)
         stub.responder = responder

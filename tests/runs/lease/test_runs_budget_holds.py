@@ -48,7 +48,7 @@ async def test_a_run_is_admitted_only_if_its_hold_fits_and_the_hold_settles_to_w
     async with make_harness() as probe:
         chunk = chunk_of(probe)
     # The default tasks and window, priced at the dearest model of the chain (deepseek-v4-pro, at peak).
-    assert chunk == (16_000 * Decimal(9) + 2_048 * Decimal(27)) / 1_000_000
+    assert chunk == (8_000 * Decimal(9) + 2_048 * Decimal(27)) / 1_000_000
     budget = chunk * Decimal("2.5")
     async with make_harness(user_daily_budget_cny=budget) as h:
         user = make_user()

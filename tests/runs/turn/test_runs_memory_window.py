@@ -55,7 +55,7 @@ async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
     user = make_user()
     sid = await long_session(h, user)
     assert (h.settings.memory_max_messages, h.settings.memory_low_messages) == (20, 10)
-    assert h.settings.memory_summary_enabled, "on by default with a real model"
+    assert h.settings.memory_summary
     h.stub.enqueue(
         StubReply(content=json.dumps({"summary": SUMMARY}), usage=usage(900, 30, 640)), intent_direct("Noted.")
     )
@@ -105,7 +105,7 @@ async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
 async def test_without_summaries_the_cut_keeps_ten_messages(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
-    async with make_harness(memory_summary=False, **SHORT_WINDOW) as h:
+    async with make_harness(**{**SHORT_WINDOW, "memory_summary": False}) as h:
         user = make_user()
         sid = await long_session(h, user)
         h.stub.enqueue(intent_direct("Noted."))
@@ -178,15 +178,14 @@ async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
 
 
 async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:
-    """No provider configured: summaries are off by default, and when turned on the offline demo model writes
+    """Summaries are off by default, and when turned on with no provider configured, the offline demo model writes
     a deterministic one, through the same path (LiteLLM custom provider, JSON mode, audit row)."""
     async with make_harness(llm_model=None, llm_api_base=None, deepseek_api_key=None, run_timeout_seconds=120) as h:
-        assert not h.settings.memory_summary_enabled
+        assert not h.settings.memory_summary
     async with make_harness(
         llm_model=None,
         llm_api_base=None,
         deepseek_api_key=None,
-        memory_summary=True,
         run_timeout_seconds=120,
         **SHORT_WINDOW,
     ) as h:

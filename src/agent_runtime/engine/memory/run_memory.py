@@ -35,7 +35,7 @@ def memory_policy(settings: Settings) -> WindowPolicy:
         max_tokens=settings.memory_max_tokens,
         low_messages=settings.memory_low_messages,
         low_tokens=settings.memory_low_tokens,
-        summary_tokens=settings.memory_summary_max_tokens if settings.memory_summary_enabled else None,
+        summary_tokens=settings.memory_summary_max_tokens if settings.memory_summary else None,
         model=settings.effective_llm_model,
     )
 
