@@ -101,6 +101,19 @@ async def test_a_call_made_before_the_extraction_fails_is_still_billed(
     assert (await sh.client.get("/v1/memories", headers=user.headers)).json()["total"] == 0
 
 
+async def test_a_regenerated_turn_is_not_extracted_again(sh: Harness, make_user: Callable[[], User]) -> None:
+    sh.stub.responder = responder(json.dumps({"operations": [{"action": "add", "fact": "The user lives in Oslo."}]}))
+    user = make_user()
+    sid, _ = await _turn(sh, user, "I live in Oslo.")
+    again = await sh.run_body(user, sid, {"regenerate": True})
+    assert again.status == 200 and again.of_type("RUN_FINISHED"), again.body
+    await sh.engine.runs.wait_idle()
+    await sh.engine.memories.wait_idle()
+    assert len([r for r in sh.stub.requests if _is_extraction(r)]) == 1
+    memories = (await sh.client.get("/v1/memories", headers=user.headers)).json()
+    assert [m["text"] for m in memories["items"]] == ["The user lives in Oslo."]
+
+
 async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
     async def embed(model: str, texts: list[str]) -> ProviderEmbeddings:
         assert model == "openai/text-embedding-3-small"

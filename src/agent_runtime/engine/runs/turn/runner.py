@@ -234,7 +234,8 @@ class TurnRunner:
             demo=self._settings.is_demo_model,
         )
         facts = None
-        if remembers:
+        # A regenerated turn's user message was handed over when it was first answered.
+        if remembers and not job.run_input.regenerate:
             user_ids = [m.id for m in window if isinstance(m, UserMessage)][-1:]
             facts = TurnFacts(
                 session_id=job.session_id,
