@@ -412,3 +412,30 @@ async def test_a_regeneration_that_calls_a_tool_bills_every_call_of_it(
     total = await session_usage(h, user, sid)
     assert Decimal(total["cost"]) == expected + Decimal(run_cost(first.events)["cost"])
     assert total["model_calls"] == 5
+
+
+async def test_a_resent_agui_request_is_refused_not_regenerated(h: Harness, make_user: Callable[[], User]) -> None:
+    user = make_user()
+    sid = await h.new_session(user)
+    run_id = "5d0c2a4e-7b1f-4c3e-9a8d-2f6e1b0c9a77"
+    h.stub.enqueue(intent_direct("The only answer."))
+    request = {**agui_input(sid, [user_message("u-1", "hello")]), "runId": run_id}
+    first = await h.agui(user, request)
+    assert types(first.events)[-1] == "RUN_FINISHED", first.body
+    rows = await h.rows(user, sid)
+
+    # The same request again (a lost stream, a proxy's retry): it would pay for an answer the client never saw.
+    resent = await h.client.post("/v1/agui", headers=user.headers, json=request)
+    assert (resent.status_code, resent.json()) == (
+        409,
+        error_body(
+            resent,
+            "run_id_taken",
+            f"run {run_id} already ran on this thread: resume its events instead of resending it, or regenerate "
+            "with a new runId",
+            [{"loc": ["body", "runId"], "msg": "a run with this id exists", "type": None}],
+        ),
+    )
+    assert await h.rows(user, sid) == rows
+    assert await superseded(h, user, sid) == []
+    assert len(h.stub.requests) == 1

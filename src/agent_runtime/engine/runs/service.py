@@ -1,7 +1,5 @@
 """Runs: admitted, started atomically under a lease, executed in the background, streamed as AG-UI events.
-
-A run's life, room by room (admission, start, flow, end or sweep, drain, the event log any replica follows):
-docs/architecture.md, "Runs".
+A run's life, room by room (admission, start, flow, end or sweep, drain, the event log): docs/architecture.md, "Runs".
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
 from agent_runtime.engine.runs.request.plan import TurnPlan, plan_turn
-from agent_runtime.engine.runs.request.regenerate import require_regenerable
+from agent_runtime.engine.runs.request.regenerate import refuse_resent_run, require_regenerable
 from agent_runtime.engine.runs.request.turn_input import (
     TokenCounter,
     check_turn_input,
@@ -211,6 +209,8 @@ class RunService:
                     ctx, session_id, run_id, rows, pending_id=expected, client_state=state, regenerate=regenerate
                 )
             except RunIdTakenError:
+                if regenerate:
+                    raise refuse_resent_run(str(run_id)) from None
                 # A reused client run id would merge two runs' rows (and costs); such a run gets its own id.
                 run_id = uuid4()
                 continue

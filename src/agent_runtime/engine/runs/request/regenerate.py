@@ -1,4 +1,4 @@
-"""Regeneration (issue 23): answer the thread's last user turn again.
+"""Regeneration: answer the thread's last user turn again.
 
 The run stores no input row: it runs on the stored last user message. Its start statement (`RunStore.start`)
 records the range of the reply it replaces (every visible row after that message: tool calls, results,
@@ -7,7 +7,8 @@ MESSAGES_SNAPSHOT, and stays as audit (`GET .../messages?superseded=true`) and b
 nothing. A regeneration that fails leaves the turn without a visible reply; it can be regenerated again.
 
 Refused with 409 `regenerate_pending` while the turn waits for approvals or frontend tool results (answer
-them, or send a new message), and 409 `nothing_to_regenerate` on a thread without a user message.
+them, or send a new message), 409 `nothing_to_regenerate` on a thread without a user message, and 409
+`run_id_taken` under the runId of a run that already ran (a resent request).
 """
 
 from __future__ import annotations
@@ -23,6 +24,21 @@ class RegeneratePendingError(ConflictError):
 
 class NothingToRegenerateError(ConflictError):
     code = "nothing_to_regenerate"
+
+
+class RunAlreadyRanError(ConflictError):
+    """A regeneration under the `runId` of a run that already ran: a client resending a request whose stream it
+    lost (which would pay for an answer it never saw), not one asking for a new answer (that comes with a new id)."""
+
+    code = "run_id_taken"
+
+
+def refuse_resent_run(run_id: str) -> RunAlreadyRanError:
+    return RunAlreadyRanError(
+        f"run {run_id} already ran on this thread: resume its events instead of resending it, or regenerate with a "
+        "new runId",
+        details=[ErrorDetail(loc=["body", "runId"], msg="a run with this id exists")],
+    )
 
 
 def refuse_pending(run_input: RunInput, pending: PendingTurn | None) -> None:
