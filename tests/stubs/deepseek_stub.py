@@ -225,6 +225,7 @@ class RecordedRequest(BaseModel):
     path: str
     headers: dict[str, str]
     body: Any = Field(description="Parsed JSON body, or None when it was not valid JSON.")
+    raw: bytes = Field(default=b"", repr=False, description="The body as it arrived, byte for byte.")
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -591,7 +592,7 @@ class DeepSeekStub:
             body = json.loads(raw)
         except ValueError:
             body = None
-        recorded = RecordedRequest(path=request.path, headers=dict(request.headers), body=body)
+        recorded = RecordedRequest(path=request.path, headers=dict(request.headers), body=body, raw=raw)
         self.requests.append(recorded)
         async with self._received:
             self._received.notify_all()
