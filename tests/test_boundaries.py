@@ -64,6 +64,37 @@ def test_a_crossing_is_reported() -> None:
     assert crossings("import litellm\n", Path("engine/llm/client.py")) == []
 
 
+def agent_internals(source: str) -> list[str]:
+    """The modules of `engine.flow.crewai` (the agent's CrewAI side) that `source` imports, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        found += [name for name in names if name.startswith("agent_runtime.engine.flow.crewai")]
+    return sorted(set(found))
+
+
+def test_engine_runs_reaches_the_agent_only_through_its_entry_point() -> None:
+    # The run service calls `engine.flow.turn.run_turn` with its ports; how the stages are routed (CrewAI's Flow)
+    # and run is the agent's business.
+    runs = sorted((PACKAGE / "engine" / "runs").rglob("*.py"))
+    assert len(runs) > 30
+    found = {str(path.relative_to(PACKAGE)): agent_internals(path.read_text("utf-8")) for path in runs}
+    assert {path: modules for path, modules in found.items() if modules} == {}
+
+
+def test_a_reach_into_the_agent_is_reported() -> None:
+    lazy = "def f():\n    from agent_runtime.engine.flow.crewai.flow import AgentFlow\n"
+    assert agent_internals(lazy) == [
+        "agent_runtime.engine.flow.crewai.flow",
+        "agent_runtime.engine.flow.crewai.flow.AgentFlow",
+    ]
+    package = "from agent_runtime.engine.flow.crewai import env\n"
+    assert agent_internals(package) == ["agent_runtime.engine.flow.crewai", "agent_runtime.engine.flow.crewai.env"]
+    assert agent_internals("from agent_runtime.engine.flow.turn import run_turn\n") == []
+
+
 TESTS = Path(__file__).parent
 PATCH_TABLES = [
     PACKAGE / boundary / "PATCHES.md" for boundary in sorted({*BOUNDARIES.values(), Path("api"), Path("db")})

@@ -18,8 +18,8 @@ DeepSeek streams). Every session is pre-filled with `--history` messages (defaul
 so each run sees a full window, as a conversation in progress does.
 
 Measured, after `engine.runs.warm_up()` and 3 runs of each kind:
-- CPU ms per run: `time.process_time()` (all threads of this process: the loop, CrewAI's worker threads,
-  LiteLLM's helper threads, asyncpg) from calling `start()` to the terminal event, median/p90 of `--runs`
+- CPU ms per run: `time.process_time()` (all threads of this process: the loop, LiteLLM's helper threads,
+  asyncpg) from calling `start()` to the terminal event, median/p90 of `--runs`
   sequential runs (full and short alternate, so a load spike hits both). `batch mean` = process CPU of the
   whole sequence / runs, which also counts work that finishes after the terminal event. `loop thread` =
   the event-loop thread's own CPU (`time.thread_time()`), the part that can delay other requests.
@@ -345,11 +345,11 @@ async def concurrent(
 
 
 # Coroutines timed by --breakdown: (module, class or None, attribute, label). Nested: the LLM calls and the
-# recorder's tool rows run inside run_agent_flow.
+# recorder's tool rows run inside run_turn (patched where the run service looks it up).
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
     ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
-    ("agent_runtime.engine.flow.crewai.flow", None, "run_agent_flow", "run_agent_flow (all stages)"),
+    ("agent_runtime.engine.runs.turn.runner", None, "run_turn", "run_turn (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete", "flow > LLMClient.complete"),
     ("agent_runtime.engine.runs.gateway.recorder", "RunRecorder", "tool_calls", "flow > RunRecorder.tool_calls"),
@@ -416,8 +416,8 @@ async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, histo
         rows.append(cells)
     llm = ("flow > LLMClient.complete_streaming", "flow > LLMClient.complete", "flow > RunRecorder.tool_calls")
     llm += ("flow > RunRecorder.flush_tool_results",)
-    rest = [f"{c['run_agent_flow (all stages)'] - sum(c[k] for k in llm):.1f}" for c in columns.values()]
-    rows.append(["run_agent_flow minus its LLM calls and rows (CrewAI, gateway, tool)", *rest])
+    rest = [f"{c['run_turn (all stages)'] - sum(c[k] for k in llm):.1f}" for c in columns.values()]
+    rows.append(["run_turn minus its LLM calls and rows (the Flow, stages, gateway, tool)", *rest])
     _table(["component", "full", "short"], rows)
 
 

@@ -147,8 +147,6 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(default=64, ge=1, le=4096)
     # 0 = no limit, like the quotas below (it used to be refused: ge=1 stopped start-up on the documented value).
     max_concurrent_runs_per_user: int = Field(default=4, ge=0, le=1000)
-    # CrewAI threads (of all runs) allowed to run Python at once; engine/flow/crewai/threads.py says why 1.
-    crewai_cpu_slots: int = Field(default=1, ge=1, le=4096)
     run_lease_seconds: float = Field(default=30.0, ge=1)
     run_heartbeat_seconds: float = Field(default=10.0, gt=0)
     run_sweep_seconds: float = Field(default=10.0, gt=0)

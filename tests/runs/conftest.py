@@ -11,7 +11,7 @@ import asyncio
 import json
 import re
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +31,7 @@ from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
 from agent_runtime.api.sse import KEEPALIVE
+from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.runtime import RuntimeEngine
@@ -339,11 +340,14 @@ MakeHarness = Callable[..., AbstractAsyncContextManager[Harness]]
 
 @pytest.fixture
 def make_harness(settings: Settings) -> MakeHarness:
-    """`async with make_harness(run_timeout_seconds=1) as h:` an app on a fresh stub; kwargs override settings, and
-    `clock` is when the app's model calls start (for their prices; default: a peak hour)."""
+    """`async with make_harness(run_timeout_seconds=1) as h:` an app on a fresh stub; kwargs override settings,
+    `clock` is when the app's model calls start (for their prices; default: a peak hour), `tools` are registered
+    beside the built-in ones."""
 
     @asynccontextmanager
-    async def build(clock: Callable[[], datetime] = lambda: PEAK_TIME, **overrides: Any) -> AsyncIterator[Harness]:
+    async def build(
+        clock: Callable[[], datetime] = lambda: PEAK_TIME, tools: Sequence[Tool[Any]] = (), **overrides: Any
+    ) -> AsyncIterator[Harness]:
         async with DeepSeekStub(api_key=STUB_API_KEY, responder=default_responder) as stub:
             values: dict[str, Any] = {
                 "environment": "test",
@@ -361,7 +365,7 @@ def make_harness(settings: Settings) -> MakeHarness:
             }
             values.update(overrides)
             app_settings = settings.model_copy(update=values)
-            app = create_app(app_settings, clock=clock)
+            app = create_app(app_settings, clock=clock, tools=tools)
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=30) as client:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,6 +18,7 @@ from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware, Shedder
 from agent_runtime.api.openapi import install_openapi
 from agent_runtime.api.routes import health, memories, metrics, profile, runs, sessions, usage
+from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.runtime import open_engine
 from agent_runtime.observability.gc_pauses import GcPauses
@@ -38,14 +39,20 @@ def _untraced(scope: MutableMapping[str, Any]) -> bool:
 
 
 def create_app(
-    settings: Settings | None = None, *, clock: Clock | None = None, serve_once_warm: bool = False
+    settings: Settings | None = None,
+    *,
+    clock: Clock | None = None,
+    serve_once_warm: bool = False,
+    tools: Sequence[Tool[Any]] = (),
 ) -> FastAPI:
-    """`serve_once_warm`: the lifespan's start-up ends only once CrewAI and LiteLLM are loaded (WORKERS > 1)."""
+    """`serve_once_warm`: the lifespan's start-up ends only once CrewAI and LiteLLM are loaded (WORKERS > 1).
+    `tools`: tools registered beside the built-in ones, which config/crewai/agents.yaml may then grant to the
+    execution stage (a CrewAI `BaseTool` as `engine.flow.crewai.tools.CrewAITool`: docs/crewai-notes.md)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        resources = await open_engine(settings, clock=clock)
+        resources = await open_engine(settings, clock=clock, tools=tools)
         app.state.engine = resources.engine
         if settings.is_demo_model:
             log.warning("no LLM provider key configured: answers come from the OFFLINE DEMO MODEL (demo/agent)")

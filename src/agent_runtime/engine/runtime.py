@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
@@ -13,6 +15,7 @@ from agent_runtime.db.outage import is_unavailable
 from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
+from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.llm.call_builder import model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.client import Clock
@@ -36,6 +39,8 @@ class RuntimeEngine:
     dsn: str | None = None
     # When a model call starts, for its price (None: the wall clock; tests pin it).
     clock: Clock | None = None
+    # Tools registered beside the built-in ones, which the YAML may grant (create_app's `tools`).
+    tools: Sequence[Tool[Any]] = ()
     profiles: ProfileService = field(init=False)
     sessions: SessionService = field(init=False)
     messages: MessageStore = field(init=False)
@@ -48,7 +53,9 @@ class RuntimeEngine:
         self.sessions = SessionService(self.pool, self.profiles, model=self.settings.effective_llm_model)
         self.messages = MessageStore(self.pool)
         self.usage = UsageService(self.pool, self.settings.user_quotas)
-        self.runs = RunService(self.settings, self.pool, self.messages, self.templates, dsn=self.dsn, clock=self.clock)
+        self.runs = RunService(
+            self.settings, self.pool, self.messages, self.templates, dsn=self.dsn, clock=self.clock, tools=self.tools
+        )
         self.memories = self.runs.memories
 
     async def is_ready(self) -> bool:
@@ -74,14 +81,14 @@ class EngineResources:
             self.embedded.stop()
 
 
-def load_config(settings: Settings) -> FlowTemplates:
+def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemplates:
     """Validate the YAML configuration up front: a bad template, price table or model list, or a retired
-    model id anywhere, stops start-up."""
+    model id anywhere, stops start-up. `tools`: those registered beside the built-in ones."""
     PricingTable.load(settings.pricing_file)
     catalog = ModelCatalog.load(settings.models_file)
     if settings.llm_model is not None:
         catalog.refuse_retired(model_id_for_litellm(settings.llm_model), "LLM_MODEL")
-    templates = load_flow_templates(settings.crewai_config_dir)
+    templates = load_flow_templates(settings.crewai_config_dir, [tool.name for tool in tools])
     for name, task in templates.tasks().items():
         if task.model is not None:
             catalog.refuse_retired(model_id_for_litellm(task.model), f"{TASKS_FILE}: {name}.model")
@@ -94,8 +101,10 @@ def load_config(settings: Settings) -> FlowTemplates:
     return templates
 
 
-async def open_engine(settings: Settings, *, clock: Clock | None = None) -> EngineResources:
-    templates = load_config(settings)
+async def open_engine(
+    settings: Settings, *, clock: Clock | None = None, tools: Sequence[Tool[Any]] = ()
+) -> EngineResources:
+    templates = load_config(settings, tools)
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
@@ -115,5 +124,5 @@ async def open_engine(settings: Settings, *, clock: Clock | None = None) -> Engi
         if embedded is not None:
             embedded.stop()
         raise
-    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock)
+    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock, tools=tools)
     return EngineResources(engine=engine, embedded=embedded)

@@ -17,9 +17,8 @@ from agent_runtime.engine.flow.tools import RunToolSet, ToolOutcome
     ("arguments", "error_starts"),
     [
         ('{"expression": "1 / 0"}', "division by zero"),
-        # CrewAI checks the arguments against the tool's schema before our tool runs, and reports a
-        # mismatch as text ("Error executing tool: ..."): stored and streamed in our error shape too.
-        ('{"formula": "1 + 1"}', "Tool 'calculator' arguments validation failed"),
+        # The tool checks the arguments against its schema before it runs, and says what is wrong.
+        ('{"formula": "1 + 1"}', "invalid arguments: expression: Field required; formula: Extra inputs are not"),
     ],
     ids=["tool-reports-an-error", "arguments-fail-the-schema"],
 )

@@ -214,6 +214,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
             "tool_name": "calculator",
             "is_error": False,
             "run_id": run_id,
+            "cancelled": None,
         },
     }
     reply = {

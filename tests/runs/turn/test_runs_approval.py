@@ -239,6 +239,7 @@ async def test_a_denied_call_gets_an_error_result_and_the_run_goes_on(
         "tool_name": "update_bio",
         "is_error": True,
         "run_id": resumed.run_id,
+        "cancelled": None,
     }
 
 

@@ -1,6 +1,6 @@
-"""The contract between the CrewAI adapter (`crew_llm`) and the run that owns it: one model call in, one
-reply out, plus the tool results the adapter observes. No CrewAI import here, so the run layer can use these
-types without loading CrewAI."""
+"""The agent's ports: one model call in, one reply out (`CallModel`), and the tool results a stage hands to the run
+(`EventSink`). The run service implements them (its gateway: streaming, events, billing); the stages only call them.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +10,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent_runtime.engine.errors import UpstreamError
+from agent_runtime.engine.llm.models import ToolSchema
 from agent_runtime.engine.messages.metadata import ToolCallSpec
-
-# CrewAI's `max_iter` for the execution stage: model calls in its tool loop before it must answer (it then
-# makes one more call, for the answer). Budget reservations count them (engine/billing/reservation.py).
-MAX_TOOL_ITERATIONS = 6
 
 
 class ModelCall(BaseModel):
     """One request to our LLM layer."""
 
-    # Adapter boundary: CrewAI hands us OpenAI-style message dicts (TypedDicts with optional keys), and
-    # the LLM layer sends them on as they are; a typed union of message models would only be re-dumped.
+    # Chat-completions message dicts, sent on as they are (engine/llm/models.py `WireMessage` validates each): the
+    # stage builds them in the exact shape earlier requests had (engine/flow/wire.py), for the provider's cache.
     messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = Field(default=None, description="OpenAI function-tool schemas.")
+    tools: list[ToolSchema] | None = Field(default=None, description="The tools the stage offers.")
     json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
     stage: str
     attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
@@ -32,7 +29,7 @@ class ModelCall(BaseModel):
         default=True,
         description="False: the model must answer without calling a tool (a repair of a stage's answer); `tools` "
         "still lists the stage's tools, to be sent with tool_choice 'none' or left out. Tool calls in the reply of "
-        "such a call are never run: the adapter rejects that answer.",
+        "such a call are never run: the stage rejects that answer.",
     )
 
 
@@ -45,8 +42,8 @@ class ModelReply(BaseModel):
     )
     reasoning: str | None = Field(
         default=None,
-        description="The provider's reasoning_content (thinking mode), '' when it sent the field empty. The adapter "
-        "sends it back with this reply's tool calls in the stage's later calls (DeepSeek answers 400 without it).",
+        description="The provider's reasoning_content (thinking mode), '' when it sent the field empty. The stage "
+        "sends it back with this reply's tool calls in its later calls (DeepSeek answers 400 without it).",
     )
 
 
@@ -54,17 +51,17 @@ CallModel = Callable[[ModelCall], Awaitable[ModelReply]]
 
 
 class StageToolResult(BaseModel):
-    """A tool's result under the id of the tool call the model made in this run (engine/flow/crewai/tool_results.py:
-    handed over by our tool, or read from CrewAI's tool turn when CrewAI answered the call itself).
+    """A tool's result under the id of the tool call the model made in this run (engine/flow/stage_tools.py).
 
-    The only event the adapter reports: the run emits the tool calls themselves from the model's reply, right
-    after the row that holds them is stored (`RunGateway`)."""
+    The only event a stage reports: the run emits the tool calls themselves from the model's reply, right after the
+    row that holds them is stored (`RunGateway`)."""
 
     stage: str
     call_id: str
     name: str
     content: str = Field(description='JSON text as the model gets it; a failure is {"error": "..."}.')
     is_error: bool
+    cancelled: bool = Field(default=False, description="The run was stopped and the tool cut before it finished.")
 
 
 # Called on the event-loop thread; it must not block (enqueue and return).
@@ -75,10 +72,6 @@ class StageOutputError(UpstreamError):
     """The model kept answering a stage with output that does not validate against its contract."""
 
     code = "invalid_model_output"
-
-
-class StageCancelledError(RuntimeError):
-    """The run was closed while (or before) a model call of this stage was in flight."""
 
 
 class ToolCallsPending(Exception):  # a stop, not an error: the run ends waiting for someone

@@ -35,7 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
 
@@ -308,13 +308,12 @@ def _parse(file: Path, model: type[_FileModel]) -> _FileModel:
         raise TemplateConfigError("; ".join(problems)) from None
 
 
-def _check_agent(file: Path, stage: StageName, agent: AgentTemplate) -> None:
+def _check_agent(file: Path, stage: StageName, agent: AgentTemplate, known: tuple[str, ...]) -> None:
     for field, text in {"role": agent.role, "goal": agent.goal, "backstory": agent.backstory}.items():
         _placeholders(file, f"{stage}.{field}", text, frozenset())
     if agent.tools and stage not in TOOL_STAGES:
         allowed = ", ".join(sorted(TOOL_STAGES))
         raise TemplateConfigError(f"{file}: {stage}.tools: tools can only be granted to the stages: {allowed}")
-    known = KNOWN_TOOL_NAMES
     for index, tool in enumerate(agent.tools):
         if tool not in known:
             raise TemplateConfigError(
@@ -350,8 +349,9 @@ def _require(file: Path, key: str, required: frozenset[str], used: frozenset[str
         raise TemplateConfigError(f"{file}: {key}: missing required placeholder {shown}")
 
 
-def load_flow_templates(config_dir: Path) -> FlowTemplates:
-    """Load and validate both YAML files; raise TemplateConfigError so a bad config stops start-up."""
+def load_flow_templates(config_dir: Path, extra_tools: Sequence[str] = ()) -> FlowTemplates:
+    """Load and validate both YAML files; raise TemplateConfigError so a bad config stops start-up. `extra_tools`:
+    the names of the tools registered beside the built-in ones (`create_app(tools=...)`), which the YAML may grant."""
     agents_file, tasks_file = config_dir / AGENTS_FILE, config_dir / TASKS_FILE
     agents = _parse(agents_file, _AgentsFile)
     tasks = _parse(tasks_file, _TasksFile)
@@ -363,7 +363,7 @@ def load_flow_templates(config_dir: Path) -> FlowTemplates:
         memory_extraction=tasks.memory_extraction,
     )
     for stage in STAGE_NAMES:
-        _check_agent(agents_file, stage, templates.stage(stage).agent)
+        _check_agent(agents_file, stage, templates.stage(stage).agent, (*KNOWN_TOOL_NAMES, *extra_tools))
         _check_task(tasks_file, stage, templates.stage(stage).task)
     _check_summary_task(tasks_file, tasks.memory_summary)
     _check_extraction_task(tasks_file, tasks.memory_extraction)

@@ -100,6 +100,8 @@ class ToolResultMetadata(_Meta):
     tool_name: str | None = None
     is_error: bool = False
     run_id: str | None = None
+    # Present only on the result of a tool cut by a stopped run (engine/flow/stage_tools.py).
+    cancelled: Literal[True] | None = None
 
 
 class AssistantOutputMetadata(BillingFields):

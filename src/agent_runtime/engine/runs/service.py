@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 from uuid import UUID, uuid4
 
 import asyncpg
@@ -15,10 +16,9 @@ from ag_ui.core import RunAgentInput
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
-from agent_runtime.engine.flow.crewai.env import configure_crewai_env
-from agent_runtime.engine.flow.crewai.threads import FlowThreads
 from agent_runtime.engine.flow.templates import FlowTemplates
-from agent_runtime.engine.flow.tools import engine_tools
+from agent_runtime.engine.flow.tools import Tool, engine_tools
+from agent_runtime.engine.flow.turn import prepare_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memories.service import MemoryService
@@ -72,10 +72,11 @@ class RunService:
         *,
         dsn: str | None = None,
         clock: Clock | None = None,
+        tools: Sequence[Tool[Any]] = (),
     ) -> None:
         """`dsn`: for the connection that LISTENs for run events and controls; without it (tests of the engine
         alone) followers of other processes' runs poll the stored log. `clock`: when model calls start, for
-        their prices (None: the wall clock)."""
+        their prices (None: the wall clock). `tools`: registered beside the built-in ones."""
         self._settings = settings
         self._pool = pool
         self._messages = messages
@@ -96,7 +97,6 @@ class RunService:
             endings=log_endings(),
             reserve=self._reservation.chunk,
         )
-        self._threads = FlowThreads(settings.max_concurrent_runs, cpu_slots=settings.crewai_cpu_slots)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(
             self.store,
@@ -111,15 +111,13 @@ class RunService:
         connect_timeout = settings.database_connect_timeout_seconds
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested, connect_timeout=connect_timeout)
         self.memories = MemoryService(settings, pool, self._client)
-        self._tools = engine_tools(ProfileService(pool), self.memories)
+        self._tools = engine_tools(ProfileService(pool), self.memories, tools)
         self.tool_map = {name: self._tools.get(name) for name in self._tools.names()}
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(
-            settings, pool, messages, templates, self._tools, self._threads, self._client, memories=self.memories
-        )
+        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._client, memories=self.memories)
         self._stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
         self._images = image_policy(self._stage_options, settings)
-        configure_crewai_env(settings.data_dir)
+        prepare_agent(settings.data_dir)
 
     def _client(self) -> LLMClient:
         return self._warmup.client()
@@ -396,4 +394,3 @@ class RunService:
         await self.leases.stop()
         await self.hub.stop()
         await self.memories.aclose()
-        self._threads.shutdown()

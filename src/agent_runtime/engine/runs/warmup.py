@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
+from agent_runtime.engine.flow.turn import load_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.settings import Settings
 
@@ -86,13 +87,10 @@ class Warmup:
     async def _warm_up(self) -> None:
         """Import CrewAI and LiteLLM off the event loop: importing them on it would stall every request
         (and database call) in flight for seconds."""
-        from agent_runtime.engine.flow.crewai.env import load_crewai
-
         # Importing CrewAI and LiteLLM (and building the LLM client, which imports LiteLLM) is blocking CPU
         # work that neither library offers an async way to do; a thread keeps the loop serving requests
         # meanwhile (the import lock makes a concurrent first run simply wait).
-        await _in_daemon_thread(lambda: load_crewai(self._settings.data_dir))
-        await _in_daemon_thread(lambda: __import__("agent_runtime.engine.flow.crewai.flow"))
+        await _in_daemon_thread(lambda: load_agent(self._settings.data_dir))
         await _in_daemon_thread(lambda: __import__("agent_runtime.engine.runs.gateway.gateway"))
         await _in_daemon_thread(self.client)
         await _in_daemon_thread(self.client().prime)

@@ -6,30 +6,21 @@ flush, telemetry replaces the SIGTERM/SIGINT handlers, and files land under the 
 name in the user's data dir. So `configure_crewai_env(data_dir)` sets them (storage under
 `<data_dir>/crewai`), moves the two directories no variable moves (config and credentials, below) there
 too, and records "tracing declined" before the first `import crewai`; `load_crewai` then imports it.
-The import costs seconds of CPU, so it stays off the CLI's and the app factory's import path: `llm.py`
-imports no CrewAI, `flow.py` is imported lazily (after `load_crewai`, or it refuses), and the run service
-warms both up off the event loop.
+The import costs seconds of CPU, so it stays off the CLI's and the app factory's import path: `engine/flow/turn.py`
+imports no CrewAI, `flow.py` is imported lazily (after `load_crewai`, or it refuses), and the run service warms it up
+off the event loop.
 
-Tuning applied once after the import (each one measured; see docs/crewai-notes.md):
-- CrewAI's console panels off (its global listener prints them whatever an agent's `verbose` says).
-- The agent executor's state class defined once instead of once per `Agent.kickoff` (a pydantic class per stage).
-- Tool JSON schemas generated once per argument model, and flow listeners asked only about their own
-  conditions' methods (measured with LiteLLM's skipped pricing: docs/crewai-notes.md).
-
-Which threads CrewAI runs on is `engine/flow/crewai/threads.py`'s business.
+Tuning applied once after the import: CrewAI's console panels off (its global listener prints them whatever a flow
+or agent says). Every reach into CrewAI's private API is listed in PATCHES.md beside this file.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib
 import os
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 # Values CrewAI checks; "true"/"false" are the spellings its own code compares against. Not
 # OTEL_SDK_DISABLED: CREWAI_DISABLE_TELEMETRY alone keeps CrewAI's telemetry off (crewai_core.telemetry ORs
@@ -105,86 +96,8 @@ def _import_tuned_crewai() -> ModuleType:
     crewai = importlib.import_module("crewai")
     if not _tuned:
         _quiet_console()
-        _reuse_executor_state_class()
-        # Measured together with LiteLLM's skipped pricing, interleaved run by run (docs/crewai-notes.md): one at a
-        # time each is within the noise.
-        _cache_tool_schemas()
-        _skip_unrelated_listeners()
         _tuned = True
     return crewai
-
-
-def _reuse_executor_state_class() -> None:
-    # Every Agent.kickoff builds an AgentExecutor, itself a Flow[AgentExecutorState]. Because that state
-    # class is not a FlowState subclass, Flow._create_initial_state defines a brand-new pydantic model
-    # class (`class StateWithId(FlowState, AgentExecutorState)`) on every construction: CPU per stage on the
-    # thread that builds it (docs/crewai-notes.md, "Worked around"). Defining
-    # that combined class once and handing it to the executor as its state type takes CrewAI's cheap path
-    # (`state_type()`); the executor replaces the state with a plain AgentExecutorState right after anyway.
-    # (`FlowState.register(...)` would be tidier, but pydantic models ignore virtual subclasses.)
-    flow_runtime = importlib.import_module("crewai.flow.runtime")
-    executor_class = importlib.import_module("crewai.agents.agent_executor").AgentExecutor
-    state_class = getattr(executor_class, "_initial_state_t", None)
-    if not isinstance(state_class, type) or issubclass(state_class, flow_runtime.FlowState):
-        return
-    executor_class._initial_state_t = type(
-        "AgentExecutorFlowState", (flow_runtime.FlowState, state_class), {"__module__": __name__}
-    )
-
-
-# Tool argument models are fixed classes (ours and CrewAI's own); a bound keeps a class built per run, should
-# an upgrade bring one, from growing the cache without limit (past it, schemas are generated as before).
-_SCHEMA_CACHE_SIZE = 256
-
-
-def _cache_tool_schemas() -> None:
-    # Every kickoff turns each tool's argument model into a JSON schema twice (the native tool list, and the
-    # tool description text): pydantic's schema generation plus CrewAI's rewriting of it (visible in a full
-    # run's GIL time in a py-spy profile). It depends only on the class. Copies are handed out because
-    # callers edit the result (`convert_tools_to_openai_schema` pops "title" and "description").
-    schema_utils = importlib.import_module("crewai.utilities.pydantic_schema_utils")
-    generate: Callable[..., Any] = schema_utils.generate_model_description
-    cache: dict[tuple[type, bool], Any] = {}
-    lock = threading.Lock()  # kickoffs run on several CrewAI threads at once
-
-    def cached(model: type, *, strip_null_types: bool = True) -> Any:
-        key = (model, strip_null_types)
-        with lock:
-            schema = cache.get(key)
-        if schema is None:
-            schema = generate(model, strip_null_types=strip_null_types)
-            with lock:
-                if len(cache) < _SCHEMA_CACHE_SIZE:
-                    cache.setdefault(key, schema)
-        return copy.deepcopy(schema)
-
-    for name in ("crewai.utilities.agent_utils", "crewai.tools.structured_tool"):
-        module = importlib.import_module(name)
-        if getattr(module, "generate_model_description", None) is generate:
-            vars(module)["generate_model_description"] = cached
-
-
-def _skip_unrelated_listeners() -> None:
-    # When any flow method finishes, CrewAI asks every listener of the flow (a score in each stage's AgentExecutor,
-    # itself a Flow) whether its condition is now met, and records the finished method in that listener's
-    # "seen" set first, through pydantic's slow private-attribute access (visible in a GIL profile). A condition is
-    # a method name or an and/or tree of them, so it can only become met when the finished method is one of
-    # its names; for any other trigger the answer is "no", and the only effect skipped is an entry in that
-    # listener's seen set that its condition never looks at (CrewAI uses the set nowhere else).
-    flow_runtime = importlib.import_module("crewai.flow.runtime")
-    condition_events: Callable[[Any], Any] = flow_runtime._iter_condition_events
-    condition_met: Callable[..., bool] = flow_runtime.Flow._condition_met
-
-    def met_only_by_its_own_events(self: Any, condition: Any, trigger_method: str, subscription_key: Any) -> bool:
-        if isinstance(condition, str):
-            if condition != trigger_method:
-                return False
-        elif trigger_method not in condition_events(condition):
-            return False
-        return condition_met(self, condition, trigger_method, subscription_key)
-
-    met_only_by_its_own_events.__wrapped__ = condition_met  # type: ignore[attr-defined]
-    flow_runtime.Flow._condition_met = met_only_by_its_own_events
 
 
 def _keep_config_and_credentials_in(storage: Path) -> None:

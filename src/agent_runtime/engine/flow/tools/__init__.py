@@ -1,5 +1,8 @@
 """Built-in tools a stage's agent can be granted in config/crewai/agents.yaml."""
 
+from collections.abc import Sequence
+from typing import Any
+
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.flow.tools.base import (
     Tool,
@@ -25,10 +28,13 @@ class _NoMemories:
         return []
 
 
-def engine_tools(bio_writer: BioWriter, forgetter: MemoryForgetter | None = None) -> ToolRegistry:
-    """Every tool the YAML may grant, bound to the engine's services."""
+def engine_tools(
+    bio_writer: BioWriter, forgetter: MemoryForgetter | None = None, extra: Sequence[Tool[Any]] = ()
+) -> ToolRegistry:
+    """Every tool the YAML may grant, bound to the engine's services, and the `extra` ones registered beside them
+    (`create_app(tools=...)`, e.g. CrewAI tools: engine/flow/crewai/tools.py)."""
     forget = ForgetMemoryTool(forgetter or _NoMemories())
-    return ToolRegistry([CurrentTimeTool(), CalculatorTool(), UpdateBioTool(bio_writer), forget])
+    return ToolRegistry([CurrentTimeTool(), CalculatorTool(), UpdateBioTool(bio_writer), forget, *extra])
 
 
 __all__ = [

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent_runtime.engine.flow.tools.base import Tool, ToolOutcome
+from agent_runtime.engine.llm.models import ToolSchema
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability import metrics
 
@@ -21,6 +22,15 @@ class RunToolSet:
 
     def names(self) -> list[str]:
         return list(self._tools)
+
+    def schemas(self) -> list[ToolSchema]:
+        """The tools as the model is offered them, in the stage's order."""
+        return [tool.openai_schema() for tool in self._tools.values()]
+
+    def cancellable(self, name: str) -> bool:
+        """Whether a stopped run may cut the tool while it runs (an unknown name: nothing runs, nothing to cut)."""
+        tool = self._tools.get(name)
+        return tool is None or tool.cancellable
 
     async def run(self, name: str, args_json: str) -> ToolOutcome:
         tool = self._tools.get(name)

@@ -275,6 +275,7 @@ class RunGateway:
             name=event.name,
             content=event.content,
             is_error=event.is_error,
+            cancelled=event.cancelled,
         )
         self._events.tool_result(message_id=record.message_id, tool_call_id=record.tool_call_id, content=record.content)
         self._recorder.tool_result(record)

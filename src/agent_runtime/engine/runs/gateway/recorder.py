@@ -42,6 +42,7 @@ class ToolResultRecord(BaseModel):
     name: str
     content: str
     is_error: bool
+    cancelled: bool = False
 
 
 class StageOutcomes(BaseModel):
@@ -97,7 +98,11 @@ class RunRecorder:
                 content=r.content,
                 message_id=r.message_id,
                 metadata=ToolResultMetadata(
-                    tool_call_id=r.tool_call_id, tool_name=r.name, is_error=r.is_error, run_id=self.run_id
+                    tool_call_id=r.tool_call_id,
+                    tool_name=r.name,
+                    is_error=r.is_error,
+                    run_id=self.run_id,
+                    cancelled=True if r.cancelled else None,
                 ),
             )
             for r in pending
@@ -181,11 +186,6 @@ class RunRecorder:
             reply = _billed(reply, answer.response)
         self._outputs.clear()
         return [*rows, *self._take_reasoning(), reply]
-
-    def final_output(self, stage: str) -> LLMResponse | None:
-        """The last output recorded for `stage` (the one its contract accepted, once the stage is done)."""
-        output = self._outcomes().final.get(stage)
-        return output.response if output is not None else None
 
     def suspended_rows(self) -> list[NewMessage]:
         """What a run that stopped for approvals or frontend tools writes at its end: tool results not written

@@ -18,12 +18,18 @@ import asyncpg
 from pydantic import JsonValue
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.flow.contracts import IntentResult
-from agent_runtime.engine.flow.crewai.threads import FlowThreads
-from agent_runtime.engine.flow.model_call import ToolCallsPending
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
+from agent_runtime.engine.flow.turn import (
+    RESUMED_STAGE,
+    AgentConfig,
+    TurnAnswered,
+    TurnInput,
+    TurnPorts,
+    TurnSuspended,
+    run_turn,
+)
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
@@ -31,7 +37,7 @@ from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.engine.memories.extraction import EXTRACTION_STAGE, ExtractionTask
 from agent_runtime.engine.memories.models import TurnFacts
 from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.messages import UserMessage
+from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
 from agent_runtime.engine.memory.run_memory import run_history
 from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.messages.models import NewMessage
@@ -47,7 +53,7 @@ from agent_runtime.engine.runs.request.plan import TurnPlan
 from agent_runtime.engine.runs.turn.history import split_turn
 from agent_runtime.engine.runs.turn.recall import with_recalled_memories
 from agent_runtime.engine.runs.turn.resume import run_decisions
-from agent_runtime.engine.runs.turn.suspension import intent_of, suspension
+from agent_runtime.engine.runs.turn.suspension import suspension
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.settings import Settings
@@ -101,7 +107,6 @@ class TurnRunner:
         messages: MessageStore,
         templates: FlowTemplates,
         tools: ToolRegistry,
-        threads: FlowThreads,
         client: Callable[[], LLMClient],
         *,
         memories: MemoryService,
@@ -111,7 +116,6 @@ class TurnRunner:
         self._messages = messages
         self._templates = templates
         self._tools = tools
-        self._threads = threads
         self._client = client
         self._memories = memories
         memories.configure(
@@ -136,7 +140,6 @@ class TurnRunner:
         self, job: TurnJob, recorder: RunRecorder, options: Mapping[str, CallOptions], hold: BeforeSend
     ) -> RunGateway:
         """The run's model calls' way out (gateway/gateway.py), built once the warm-up is done."""
-        # Imported here: the gateway needs CrewAI-side types, which load in seconds.
         from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
         frontend = job.run_input.frontend_tools
@@ -160,15 +163,13 @@ class TurnRunner:
         job.state.snapshot(job.client_state)
 
     async def run(self, job: TurnJob, gateway: RunGateway, recorder: RunRecorder) -> TurnResult:
-        from agent_runtime.engine.flow.crewai.flow import FlowDeps, build_state, run_agent_flow
-
         profile = job.profile
         agent_ctx = UserAgentContext(
             user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
         )
         pending = job.plan.pending if job.plan.continues else None
         if pending is not None:
-            gateway.enter_stage("execution")
+            gateway.enter_stage(RESUMED_STAGE)
             toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
         system_prompt = build_global_system_prompt(agent_ctx, self._templates)
@@ -198,54 +199,57 @@ class TurnRunner:
         gateway.show_images(window, image_models(self._settings))
         turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
-        state = build_state(
+        turn_input = TurnInput(
             system_prompt=system_prompt,
             history=turn.history,
             user_input=user_input,
             ai_language=agent_ctx.settings.preferences.ai_language,
             intent=pending.intent if pending else None,
-            continuation=turn.continuation if pending else (),
+            continuation=turn.continuation if pending else [],
         )
-        deps = FlowDeps(
-            call_model=gateway,
-            model=self._settings.effective_llm_model,
-            templates=self._templates,
-            user_context=agent_ctx,
-            tool_registry=self._tools,
-            sink=gateway.sink,
-            max_json_retries=self._settings.stage_max_json_retries,
-            threads=self._threads,
-            approval_tools=frozenset(self.approval_tools),
-        )
-        try:
-            final = await run_agent_flow(state, deps)
-        except ToolCallsPending as stop:
+        ports = TurnPorts(call_model=gateway, on_tool_result=gateway.sink, tools=self._tools, user=agent_ctx)
+        config = AgentConfig(templates=self._templates, max_json_retries=self._settings.stage_max_json_retries)
+        outcome = await run_turn(turn_input, ports, config)
+        if isinstance(outcome, TurnSuspended):
             gateway.finish_stage()
-            intent = pending.intent if pending else intent_of(recorder.final_output("intent"))
-            return self._suspended(job, recorder, stop, user_input=user_input, intent=intent)
-        answer_stage = "intent" if final.route == "DIRECT_EXECUTION" else "organization"
-        answer = final.assistant_text or ""
+            return self._suspended(job, recorder, outcome, user_input=user_input)
+        answer = outcome.assistant_text
         gateway.stream_rest_of_answer(answer)
         gateway.finish_stage()
         rows = recorder.completed_rows(
-            answer_stage=answer_stage,
+            answer_stage=outcome.answer_stage,
             answer_text=answer,
             message_id=gateway.answer_message_id,
             demo=self._settings.is_demo_model,
         )
-        facts = None
-        # A regenerated turn's user message was handed over when it was first answered.
-        if remembers and not job.run_input.regenerate:
-            user_ids = [m.id for m in window if isinstance(m, UserMessage)][-1:]
-            facts = TurnFacts(
-                session_id=job.session_id,
-                run_id=str(job.run_id),
-                user_text=stored_request,
-                user_message_ids=user_ids,
-                answer_text=answer,
-                answer_message_id=gateway.answer_message_id,
-            )
-        return TurnResult(rows=rows, route=final.route, answer_message_id=gateway.answer_message_id, facts=facts)
+        return TurnResult(
+            rows=rows,
+            route=outcome.route,
+            answer_message_id=gateway.answer_message_id,
+            facts=self._facts(job, remembers, window, stored_request, outcome, gateway.answer_message_id),
+        )
+
+    def _facts(
+        self,
+        job: TurnJob,
+        remembers: bool,
+        window: list[ChatMessage],
+        stored_request: str,
+        outcome: TurnAnswered,
+        answer_message_id: str,
+    ) -> TurnFacts | None:
+        """What the long-term memories' extraction reads of the turn; a regenerated turn's user message was handed
+        over when it was first answered."""
+        if not remembers or job.run_input.regenerate:
+            return None
+        return TurnFacts(
+            session_id=job.session_id,
+            run_id=str(job.run_id),
+            user_text=stored_request,
+            user_message_ids=[m.id for m in window if isinstance(m, UserMessage)][-1:],
+            answer_text=outcome.assistant_text,
+            answer_message_id=answer_message_id,
+        )
 
     def remember(self, job: TurnJob, result: TurnResult) -> None:
         """Hand a finished turn to the long-term memories (a background task; the run is over for the client)."""
@@ -253,22 +257,20 @@ class TurnRunner:
             end_user = end_user_id(self._settings.jwt_secret, job.ctx.user_id)
             self._memories.after_turn(job.ctx, result.facts, end_user=end_user)
 
-    def _suspended(
-        self, job: TurnJob, recorder: RunRecorder, stop: ToolCallsPending, *, user_input: str, intent: IntentResult
-    ) -> TurnResult:
+    def _suspended(self, job: TurnJob, recorder: RunRecorder, stop: TurnSuspended, *, user_input: str) -> TurnResult:
         """The model asked for approval or frontend tools: the turn waits on the session for the next run."""
         waiting = suspension(
-            stop,
+            stop.calls,
             run_id=str(job.run_id),
             user_input=user_input,
-            intent=intent,
+            intent=stop.intent,
             approval=self.approval_tools,
             frontend=[t.name for t in job.run_input.frontend_tools],
             tools={name: self._tools.get(name) for name in self._tools.names()},
         )
         return TurnResult(
             rows=recorder.suspended_rows(),
-            route=intent.route,
+            route=stop.route,
             waiting=waiting.turn,
             interrupts=waiting.interrupts,
             pending_tool_call_ids=waiting.pending_tool_call_ids,

@@ -14,10 +14,8 @@ from uuid import uuid4
 from pydantic import BaseModel
 
 from agent_runtime.engine.flow.contracts import IntentResult
-from agent_runtime.engine.flow.model_call import ToolCallsPending
 from agent_runtime.engine.flow.tools import Tool
-from agent_runtime.engine.llm.models import LLMResponse
-from agent_runtime.engine.llm.repair import strip_code_fence
+from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.types import PendingInterrupt
 from agent_runtime.engine.runs.request.pending import CallKind, PendingCall, PendingTurn
 
@@ -34,15 +32,8 @@ def _kind(name: str, approval: Collection[str], frontend: Collection[str]) -> Ca
     return "frontend" if name in frontend else "server"
 
 
-def intent_of(output: LLMResponse | None) -> IntentResult:
-    """The intent stage's accepted output, as the contract validated it."""
-    if output is None:
-        raise RuntimeError("a run stopped in the execution stage without an intent output")
-    return IntentResult.model_validate_json(strip_code_fence(output.content))
-
-
 def suspension(
-    stop: ToolCallsPending,
+    calls: list[ToolCallSpec],
     *,
     run_id: str,
     user_input: str,
@@ -51,11 +42,10 @@ def suspension(
     frontend: Collection[str],
     tools: Mapping[str, Tool[Any]],
 ) -> Suspension:
-    calls = [
-        PendingCall(id=c.id, name=c.name, arguments=c.arguments, kind=_kind(c.name, approval, frontend))
-        for c in stop.calls
+    pending = [
+        PendingCall(id=c.id, name=c.name, arguments=c.arguments, kind=_kind(c.name, approval, frontend)) for c in calls
     ]
-    turn = PendingTurn(id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, calls=calls)
+    turn = PendingTurn(id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, calls=pending)
     interrupts = [
         PendingInterrupt(
             id=call.interrupt_id,

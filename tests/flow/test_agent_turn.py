@@ -1,50 +1,29 @@
-"""The three-stage AgentFlow on CrewAI, end to end, with a scripted fake model (offline, no network)."""
+"""One turn of the agent (`engine.flow.turn.run_turn`): the official CrewAI Flow routes our native stages, with a
+scripted fake model (offline, no network). What each call sends is pinned message by message; the whole requests
+of whole runs are pinned byte for byte by tests/runs/test_recorded_requests.py."""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import dataclasses
 import json
 import os
 import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Literal
 from uuid import UUID
 
 import pytest
 from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crewai import env as crewai_env
-
-# CrewAI must be configured offline before it is imported; its storage then stays for the process.
-_CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-tests-{os.getpid()}"
-crewai_env.load_crewai(_CREWAI_DATA)
-atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
-
-from crewai.tools.tool_failure import ToolExecutionFailedError  # noqa: E402
-
-from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult  # noqa: E402
-from agent_runtime.engine.flow.crewai.flow import (  # noqa: E402
-    AgentFlowState,
-    FlowDeps,
-    build_state,
-    run_agent_flow,
-)
-from agent_runtime.engine.flow.crewai.threads import FlowThreads  # noqa: E402
-from agent_runtime.engine.flow.model_call import (  # noqa: E402
-    CallModel,
-    ModelCall,
-    ModelReply,
-    StageOutputError,
-    StageToolResult,
-)
-from agent_runtime.engine.flow.prompt import build_global_system_prompt  # noqa: E402
-from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates  # noqa: E402
-from agent_runtime.engine.flow.tools import (  # noqa: E402
+from agent_runtime.engine.flow.model_call import CallModel, ModelCall, ModelReply, StageOutputError, StageToolResult
+from agent_runtime.engine.flow.prompt import build_global_system_prompt
+from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates
+from agent_runtime.engine.flow.tools import (
     CalculatorArgs,
     CalculatorTool,
     CurrentTimeTool,
@@ -52,18 +31,25 @@ from agent_runtime.engine.flow.tools import (  # noqa: E402
     UpdateBioTool,
     engine_tools,
 )
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, UserMessage  # noqa: E402
-from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
-from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext  # noqa: E402
-from agent_runtime.resources import default_config_dir  # noqa: E402
+from agent_runtime.engine.flow.turn import (
+    AgentConfig,
+    TurnAnswered,
+    TurnInput,
+    TurnOutcome,
+    TurnPorts,
+    TurnSuspended,
+    load_agent,
+    run_turn,
+)
+from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, ToolMessage, UserMessage
+from agent_runtime.engine.messages.metadata import ToolCallSpec
+from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext
+from agent_runtime.resources import default_config_dir
 
-# CrewAI reads its own deprecated fields internally on every Agent construction.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*")
-
-FlowRunner = Literal["thread", "loop"]
-BOTH_RUNNERS = pytest.mark.parametrize("runner", ["thread", "loop"])
-# "thread": the production set-up (the run service's bounded pools); "loop": the flow on the test's own loop.
-FLOW_THREADS = FlowThreads(4, cpu_slots=1)
+# CrewAI must be configured offline before it is imported; its storage then stays for the process.
+_CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-tests-{os.getpid()}"
+load_agent(_CREWAI_DATA)
+atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
@@ -91,6 +77,7 @@ EXECUTED = ExecutionResult(
 )
 ORGANIZED = OrganizationResult(assistant_text="17 + 25 is 42.")
 TOOL_CALL = ToolCallSpec(id="call_abc123", name="calculator", arguments='{"expression": "17 + 25"}')
+SECOND_CALL = ToolCallSpec(id="call_def456", name="calculator", arguments='{"expression": "1 + 1"}')
 
 
 def reply(result: IntentResult | ExecutionResult | OrganizationResult) -> ModelReply:
@@ -120,7 +107,7 @@ class FakeModel:
 
 
 class UnusedBioWriter:
-    """The YAML grants update_bio (approval required): these flows never get as far as running it."""
+    """The YAML grants update_bio (approval required): these turns never get as far as running it."""
 
     async def set_bio(self, ctx: RequestContext, bio: str) -> str:
         raise AssertionError("update_bio must not run in these tests")
@@ -128,6 +115,7 @@ class UnusedBioWriter:
 
 TOOLS = engine_tools(UnusedBioWriter())
 BIO_TOOL = UpdateBioTool(UnusedBioWriter())
+EXECUTION_TOOLS = ["current_time", "calculator", "update_bio", "forget_memory"]
 
 
 class RecordingCalculator(CalculatorTool):
@@ -142,39 +130,45 @@ class RecordingCalculator(CalculatorTool):
         return await super().execute(args, ctx)
 
 
-def deps_for(
+def with_calculator(calculator: CalculatorTool) -> ToolRegistry:
+    return ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
+
+
+def turn_for(user_input: str = "How are you?") -> TurnInput:
+    return TurnInput(system_prompt=SYSTEM_PROMPT, history=HISTORY, user_input=user_input, ai_language="en")
+
+
+async def run(
+    turn: TurnInput,
     model: CallModel,
     events: list[StageToolResult] | None = None,
     *,
-    tool_registry: ToolRegistry = TOOLS,
+    tools: ToolRegistry = TOOLS,
     max_json_retries: int = 2,
-    runner: FlowRunner = "thread",
-) -> FlowDeps:
-    return FlowDeps(
-        call_model=model,
-        model="deepseek/deepseek-flash",
-        templates=TEMPLATES,
-        user_context=CONTEXT,
-        tool_registry=tool_registry,
-        sink=events.append if events is not None else None,
-        max_json_retries=max_json_retries,
-        threads=FLOW_THREADS if runner == "thread" else None,
+    max_tool_iterations: int = 6,
+) -> TurnOutcome:
+    ports = TurnPorts(
+        call_model=model, on_tool_result=events.append if events is not None else None, tools=tools, user=CONTEXT
     )
+    config = AgentConfig(
+        templates=TEMPLATES, max_json_retries=max_json_retries, max_tool_iterations=max_tool_iterations
+    )
+    return await run_turn(turn, ports, config)
 
 
-def state_for(user_input: str = "How are you?") -> AgentFlowState:
-    return build_state(system_prompt=SYSTEM_PROMPT, history=HISTORY, user_input=user_input, ai_language="en")
+def answered(outcome: TurnOutcome) -> TurnAnswered:
+    assert isinstance(outcome, TurnAnswered), outcome
+    return outcome
 
 
 async def test_direct_route_is_one_model_call_that_sees_system_prompt_history_and_task() -> None:
     model = FakeModel({"intent": [reply(DIRECT)]})
 
-    state = await run_agent_flow(state_for("How are you?"), deps_for(model))
+    outcome = await run(turn_for("How are you?"), model)
 
-    assert state.route == "DIRECT_EXECUTION"
-    assert state.assistant_text == "Doing well, thanks!"
-    assert state.intent == DIRECT
-    assert state.execution is None and state.organization is None
+    assert outcome == TurnAnswered(
+        route="DIRECT_EXECUTION", answer_stage="intent", assistant_text="Doing well, thanks!"
+    )
     assert model.stages() == ["intent"]
     call = model.calls[0]
     assert call.json_mode is True
@@ -183,12 +177,12 @@ async def test_direct_route_is_one_model_call_that_sees_system_prompt_history_an
     # A plain chat: the system prompt (which holds every stage's static texts), the history, the user's turn as
     # they wrote it, so that the next turn repeats this call's input in full.
     assert call.messages == [{"role": "system", "content": SYSTEM_PROMPT}, *HISTORY_WIRE, USER("How are you?")]
+    assert call.max_tokens == TEMPLATES.intent.task.max_tokens
     assert TEMPLATES.intent.agent.role in SYSTEM_PROMPT
     assert '"title":"IntentResult"' in SYSTEM_PROMPT
 
 
-@BOTH_RUNNERS
-async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls(runner: FlowRunner) -> None:
+async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls() -> None:
     calculator = RecordingCalculator()
     model = FakeModel(
         {
@@ -198,112 +192,40 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
         }
     )
     events: list[StageToolResult] = []
-    deps = deps_for(
-        model,
-        events,
-        tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")]),
-        runner=runner,
+
+    outcome = await run(turn_for("What is 17 + 25?"), model, events, tools=with_calculator(calculator))
+
+    assert outcome == TurnAnswered(
+        route="NEEDS_EXECUTION", answer_stage="organization", assistant_text="17 + 25 is 42."
     )
-
-    state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
-
     assert model.stages() == ["intent", "execution", "execution", "organization"]
-    assert state.route == "NEEDS_EXECUTION"
-    assert state.execution == EXECUTED
-    assert state.organization == ORGANIZED
-    assert state.assistant_text == "17 + 25 is 42."
-
-    # The tool ran once, on the app's event loop (not in a throwaway loop on a worker thread).
+    # The tool ran once, on the app's event loop, in the run's task's thread.
     assert calculator.ran_on == [(asyncio.get_running_loop(), threading.get_ident())]
 
-    offered = model.calls[1].tools
-    assert offered is not None
-    # The whole schemas the model gets, as CrewAI builds them from our tools' args models.
-    assert offered == [
-        {
-            "type": "function",
-            "function": {
-                "name": "current_time",
-                "description": "Get the current local date, time and weekday in the user's time zone. "
-                "Takes no arguments.",
-                "parameters": {"additionalProperties": False, "properties": {}, "type": "object", "required": []},
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "calculator",
-                "description": "Evaluate an arithmetic expression exactly (decimal arithmetic) and return the result.",
-                "parameters": {
-                    "additionalProperties": False,
-                    "properties": {
-                        "expression": {
-                            "description": "Arithmetic expression: numbers, + - * / // % **, parentheses, sqrt(x), "
-                            "abs(x), round(x) or round(x, digits), floor(x), ceil(x). "
-                            "Example: (12.5 + 7) * 3 / sqrt(16)",
-                            "maxLength": 200,
-                            "minLength": 1,
-                            "title": "Expression",
-                            "type": "string",
-                        }
-                    },
-                    "required": ["expression"],
-                    "type": "object",
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "update_bio",
-                "description": "Replace the user's profile bio with the given text "
-                "(runs only after the user approves).",
-                "parameters": {
-                    "additionalProperties": False,
-                    "properties": {
-                        "bio": {
-                            "description": "The new bio, in full.",
-                            "maxLength": 4000,
-                            "minLength": 1,
-                            "title": "Bio",
-                            "type": "string",
-                        }
-                    },
-                    "required": ["bio"],
-                    "type": "object",
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "forget_memory",
-                "description": "Delete what the assistant remembers about the user that matches the given text "
-                "(long-term memory; runs only after the user approves).",
-                "parameters": {
-                    "additionalProperties": False,
-                    "properties": {
-                        "what": {
-                            "description": "What to forget, as the user said it, e.g. 'I live in Paris'.",
-                            "maxLength": 500,
-                            "minLength": 1,
-                            "title": "What",
-                            "type": "string",
-                        }
-                    },
-                    "required": ["what"],
-                    "type": "object",
-                },
-            },
-        },
-    ]
+    # The execution stage offers the tools its YAML agent is granted, in that order; the others offer none.
+    assert [tool.function.name for tool in model.calls[1].tools or []] == EXECUTION_TOOLS
+    assert model.calls[1].tools == [with_calculator(calculator).get(name).openai_schema() for name in EXECUTION_TOOLS]
+    assert (model.calls[0].tools, model.calls[3].tools) == (None, None)
+    assert [call.max_tokens for call in model.calls] == [2048, 1024, 1024, 2048]
     # The follow-up execution call carries the model's tool call and the result under the same id.
     *_, tool_call_turn, tool_turn = model.calls[2].messages
-    assert tool_call_turn["tool_calls"][0]["id"] == "call_abc123"
-    assert tool_turn["role"] == "tool"
-    assert tool_turn["tool_call_id"] == "call_abc123"
-    assert json.loads(tool_turn["content"]) == {"expression": "17 + 25", "result": "42"}
-
+    assert tool_call_turn == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_abc123",
+                "type": "function",
+                "function": {"name": "calculator", "arguments": TOOL_CALL.arguments},
+            }
+        ],
+    }
+    assert tool_turn == {
+        "role": "tool",
+        "tool_call_id": "call_abc123",
+        "name": "calculator",
+        "content": '{"expression":"17 + 25","result":"42"}',
+    }
     assert events == [
         StageToolResult(
             stage="execution", call_id="call_abc123", name="calculator", content=tool_turn["content"], is_error=False
@@ -325,9 +247,9 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
 async def test_invalid_json_then_valid_json_recovers() -> None:
     model = FakeModel({"intent": [ModelReply(content="Sure, here you go: {route: DIRECT}"), reply(DIRECT)]})
 
-    state = await run_agent_flow(state_for(), deps_for(model))
+    outcome = await run(turn_for(), model)
 
-    assert state.assistant_text == DIRECT.assistant_text
+    assert answered(outcome).assistant_text == DIRECT.assistant_text
     assert [(call.stage, call.attempt) for call in model.calls] == [("intent", 0), ("intent", 1)]
     assert model.calls[1].messages[-2] == {"role": "assistant", "content": "Sure, here you go: {route: DIRECT}"}
 
@@ -337,20 +259,29 @@ async def test_a_reply_that_breaks_the_contract_rules_is_repaired_too() -> None:
     broken = ModelReply(content=json.dumps({"route": "DIRECT_EXECUTION", "intent_summary": "hi"}))
     model = FakeModel({"intent": [broken, reply(DIRECT)]})
 
-    state = await run_agent_flow(state_for(), deps_for(model))
+    outcome = await run(turn_for(), model)
 
-    assert state.assistant_text == DIRECT.assistant_text
+    assert answered(outcome).assistant_text == DIRECT.assistant_text
     assert "assistant_text is required" in model.calls[1].messages[-1]["content"]
 
 
-@BOTH_RUNNERS
-async def test_invalid_json_forever_fails_clearly_after_bounded_retries(runner: FlowRunner) -> None:
+async def test_a_complete_answer_that_hit_the_output_limit_is_used() -> None:
+    # DeepSeek's JSON mode can pad a finished object with whitespace up to max_tokens.
+    model = FakeModel({"intent": [ModelReply(content=DIRECT.model_dump_json() + "\n" * 40, finish_reason="length")]})
+
+    outcome = await run(turn_for(), model)
+
+    assert answered(outcome).assistant_text == DIRECT.assistant_text
+    assert len(model.calls) == 1
+
+
+async def test_invalid_json_forever_fails_clearly_after_bounded_retries() -> None:
     model = FakeModel(
         {"intent": [reply(NEEDS)], "execution": [reply(EXECUTED)], "organization": [ModelReply(content="nope")]}
     )
 
     with pytest.raises(StageOutputError, match=r"stage 'organization'.*OrganizationResult after 3 attempts"):
-        await run_agent_flow(state_for(), deps_for(model, max_json_retries=2, runner=runner))
+        await run(turn_for(), model, max_json_retries=2)
 
     assert model.stages() == ["intent", "execution", "organization", "organization", "organization"]
 
@@ -362,12 +293,12 @@ async def test_model_errors_reach_the_caller_unchanged() -> None:
     model = FakeModel({"intent": [ProviderDown("HTTP 503")]})
 
     with pytest.raises(ProviderDown, match="503"):
-        await run_agent_flow(state_for(), deps_for(model))
+        await run(turn_for(), model)
     assert len(model.calls) == 1
 
 
-async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
-    async def one_run(index: int) -> tuple[FakeModel, list[StageToolResult], AgentFlowState]:
+async def test_concurrent_turns_keep_their_calls_and_tool_events_apart() -> None:
+    async def one_run(index: int) -> tuple[FakeModel, list[StageToolResult], TurnOutcome]:
         call = ToolCallSpec(id=f"call_{index}", name="calculator", arguments=f'{{"expression": "{index} + 1"}}')
         model = FakeModel(
             {
@@ -378,13 +309,13 @@ async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
             delay=0.01,
         )
         events: list[StageToolResult] = []
-        state = await run_agent_flow(state_for(f"run {index}"), deps_for(model, events))
-        return model, events, state
+        outcome = await run(turn_for(f"run {index}"), model, events)
+        return model, events, outcome
 
     results = await asyncio.gather(*(one_run(index) for index in range(6)))
 
-    for index, (model, events, state) in enumerate(results):
-        assert state.assistant_text == f"run {index}"
+    for index, (model, events, outcome) in enumerate(results):
+        assert answered(outcome).assistant_text == f"run {index}"
         assert len(model.calls) == 4
         # Every call of the run carries that run's turn, and only that run's.
         turns = [
@@ -396,8 +327,7 @@ async def test_concurrent_runs_keep_their_calls_and_tool_events_apart() -> None:
         assert json.loads(result.content)["result"] == str(index + 1)
 
 
-@BOTH_RUNNERS
-async def test_cancelling_a_run_stops_its_model_calls(runner: FlowRunner) -> None:
+async def test_cancelling_a_turn_stops_its_model_call() -> None:
     started = asyncio.Event()
     cancelled = asyncio.Event()
     calls: list[ModelCall] = []
@@ -412,18 +342,18 @@ async def test_cancelling_a_run_stops_its_model_calls(runner: FlowRunner) -> Non
             raise
         return reply(DIRECT)
 
-    run = asyncio.create_task(run_agent_flow(state_for(), deps_for(slow_model, runner=runner)))
+    turn = asyncio.create_task(run(turn_for(), slow_model))
     await asyncio.wait_for(started.wait(), 5)
-    run.cancel()
+    turn.cancel()
 
     with pytest.raises(asyncio.CancelledError):
-        await run
-    await asyncio.wait_for(cancelled.wait(), 5)
-    await asyncio.sleep(0.1)  # the executor's worker thread unwinds; it must not call the model again
+        await turn
+    assert cancelled.is_set()
+    await asyncio.sleep(0.1)
     assert len(calls) == 1
 
 
-async def test_a_run_leaves_no_files_behind() -> None:
+async def test_a_turn_leaves_no_files_behind() -> None:
     storage = Path(os.environ[crewai_env.STORAGE_ENV])
     model = FakeModel(
         {
@@ -432,10 +362,10 @@ async def test_a_run_leaves_no_files_behind() -> None:
             "organization": [reply(ORGANIZED)],
         }
     )
-    await run_agent_flow(state_for(), deps_for(model))
+    await run(turn_for(), model)
 
-    # No LanceDB memory, no sqlite task outputs, no deferred tool-result files: only CrewAI's consent record and
-    # the key its `import` creates for its login tokens (moved here from $HOME by env.py).
+    # No LanceDB memory, no sqlite, no flow state files: only CrewAI's consent record and the key its `import`
+    # creates for its login tokens (moved here from $HOME by env.py).
     assert _files_under(storage) == [".crewai_user.json", f"{crewai_env.CREDENTIALS_SUBDIR}/secret.key"]
 
 
@@ -445,7 +375,6 @@ def _files_under(directory: Path) -> list[str]:
 
 # -- model behaviour a strict DeepSeek stand-in showed: every case ends in a stage result or StageOutputError ----
 
-SECOND_CALL = ToolCallSpec(id="call_def456", name="calculator", arguments='{"expression": "1 + 1"}')
 SCHEMA_TITLES = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
 NOT_JSON = "(root): Invalid JSON: expected value at line 1 column 1"
 REFUSED = "it called calculator, but no tool can be called in this answer"
@@ -462,7 +391,7 @@ def repair_turn(stage: str, problem: str) -> dict[str, str]:
 
 
 def tool_turns(call: ToolCallSpec, result: str, reasoning: str | None = None) -> list[dict[str, object]]:
-    """The assistant tool-call turn and the tool turn as CrewAI's executor builds them (plus the reasoning)."""
+    """The assistant tool-call turn and the tool turn (plus the reasoning)."""
     assistant: dict[str, object] = {
         "role": "assistant",
         "content": None,
@@ -483,8 +412,7 @@ def calls_of(model: FakeModel, stage: str) -> list[ModelCall]:
     return [call for call in model.calls if call.stage == stage]
 
 
-@BOTH_RUNNERS
-async def test_prose_after_a_tool_result_is_repaired_without_tools(runner: FlowRunner) -> None:
+async def test_prose_after_a_tool_result_is_repaired_without_tools() -> None:
     calculator = RecordingCalculator()
     model = FakeModel(
         {
@@ -493,16 +421,10 @@ async def test_prose_after_a_tool_result_is_repaired_without_tools(runner: FlowR
             "organization": [reply(ORGANIZED)],
         }
     )
-    deps = deps_for(
-        model,
-        tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")]),
-        runner=runner,
-    )
 
-    state = await run_agent_flow(state_for("What is 17 + 25?"), deps)
+    outcome = await run(turn_for("What is 17 + 25?"), model, tools=with_calculator(calculator))
 
-    assert state.execution == EXECUTED
-    assert state.assistant_text == ORGANIZED.assistant_text
+    assert answered(outcome).assistant_text == ORGANIZED.assistant_text
     assert len(calculator.ran_on) == 1
     # The repair may not call a tool (the tools are still listed for the gateway: tool_choice "none").
     assert attempts(model, "execution") == [(0, True), (0, True), (1, False)]
@@ -512,6 +434,13 @@ async def test_prose_after_a_tool_result_is_repaired_without_tools(runner: FlowR
         *after_tool.messages,
         {"role": "assistant", "content": "The sum is 42."},
         repair_turn("execution", NOT_JSON),
+    ]
+    # The organization stage continues the call whose answer was accepted, repair turns left out.
+    (organization,) = calls_of(model, "organization")
+    assert organization.messages == [
+        *after_tool.messages,
+        {"role": "assistant", "content": EXECUTED.model_dump_json()},
+        USER(ORGANIZATION_REQUEST),
     ]
 
 
@@ -532,15 +461,12 @@ async def test_a_tool_call_in_a_repair_is_refused_and_never_run(then: str) -> No
         }
     )
     events: list[StageToolResult] = []
-    deps = deps_for(
-        model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
-    )
 
     if then == "answers":
-        assert (await run_agent_flow(state_for(), deps)).execution == EXECUTED
+        assert answered(await run(turn_for(), model, events, tools=with_calculator(calculator)))
     else:
         with pytest.raises(StageOutputError, match=r"stage 'execution'.*ExecutionResult after 3 attempts"):
-            await run_agent_flow(state_for(), deps)
+            await run(turn_for(), model, events, tools=with_calculator(calculator))
 
     assert attempts(model, "execution") == [(0, True), (0, True), (1, False), (2, False)]
     assert len(calculator.ran_on) == 1
@@ -558,17 +484,16 @@ async def test_a_tool_call_in_a_repair_is_refused_and_never_run(then: str) -> No
 async def test_tool_calls_in_a_stage_without_tools_are_refused() -> None:
     model = FakeModel({"intent": [ModelReply(tool_calls=[TOOL_CALL]), reply(DIRECT)]})
 
-    state = await run_agent_flow(state_for(), deps_for(model))
+    outcome = await run(turn_for(), model)
 
-    assert state.assistant_text == DIRECT.assistant_text
+    assert answered(outcome).assistant_text == DIRECT.assistant_text
     first, repair = model.calls
     assert (first.tools, repair.tools) == (None, None)
     assert attempts(model, "intent") == [(0, True), (1, False)]
     assert repair.messages == [*first.messages, {"role": "assistant", "content": ""}, repair_turn("intent", REFUSED)]
 
 
-async def test_a_tool_call_after_the_iteration_limit_is_refused() -> None:
-    # At max_iter CrewAI asks for the final answer without tools; the model calls one anyway.
+async def test_after_the_last_round_of_tools_the_answer_is_asked_for_and_a_tool_call_refused() -> None:
     model = FakeModel(
         {
             "intent": [reply(NEEDS)],
@@ -576,13 +501,20 @@ async def test_a_tool_call_after_the_iteration_limit_is_refused() -> None:
             "organization": [reply(ORGANIZED)],
         }
     )
-    deps = dataclasses.replace(deps_for(model), max_tool_iterations=1)
 
-    state = await run_agent_flow(state_for(), deps)
+    outcome = await run(turn_for(), model, max_tool_iterations=1)
 
-    assert state.execution == EXECUTED
-    _, forced, repair = calls_of(model, "execution")
+    assert answered(outcome).assistant_text == ORGANIZED.assistant_text
+    first, forced, repair = calls_of(model, "execution")
     assert (forced.tools, forced.allow_tools, repair.allow_tools) == (None, True, False)
+    assert forced.messages == [
+        *first.messages,
+        *tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}'),
+        USER(
+            "Now it's time you MUST give your absolute best final answer. You'll ignore all previous instructions, "
+            "stop using any tools, and just return your absolute BEST Final answer."
+        ),
+    ]
     assert repair.messages == [
         *forced.messages,
         {"role": "assistant", "content": ""},
@@ -607,9 +539,9 @@ async def test_blank_and_cut_answers_are_repaired_on_every_stage(stage: str, bad
     good = {"intent": reply(NEEDS), "execution": reply(EXECUTED), "organization": reply(ORGANIZED)}
     model = FakeModel({name: [bad, answer] if name == stage else [answer] for name, answer in good.items()})
 
-    state = await run_agent_flow(state_for(), deps_for(model))
+    outcome = await run(turn_for(), model)
 
-    assert (state.intent, state.execution, state.organization) == (NEEDS, EXECUTED, ORGANIZED)
+    assert answered(outcome).assistant_text == ORGANIZED.assistant_text
     assert attempts(model, stage) == [(0, True), (1, False)]
     first, repair = calls_of(model, stage)
     assert repair.messages == [
@@ -621,12 +553,11 @@ async def test_blank_and_cut_answers_are_repaired_on_every_stage(stage: str, bad
     assert f'"title":"{SCHEMA_TITLES[stage]}"' in SYSTEM_PROMPT
 
 
-@BOTH_RUNNERS
-async def test_an_identical_tool_call_repeated_ends_the_stage_as_invalid_model_output(runner: FlowRunner) -> None:
+async def test_an_identical_tool_call_repeated_ends_the_stage_as_invalid_model_output() -> None:
     model = FakeModel({"intent": [reply(NEEDS)], "execution": [ModelReply(tool_calls=[TOOL_CALL])]})
 
     with pytest.raises(StageOutputError) as raised:
-        await run_agent_flow(state_for(), deps_for(model, runner=runner))
+        await run(turn_for(), model)
 
     role = TEMPLATES.execution.agent.role
     assert raised.value.message == (
@@ -635,26 +566,30 @@ async def test_an_identical_tool_call_repeated_ends_the_stage_as_invalid_model_o
     )
     assert raised.value.extra == {"stage": "execution", "tool": "calculator"}
     assert raised.value.code == "invalid_model_output"
-    # What CrewAI raises for it (crewai.tools.tool_failure, MAX_REPEATED_TOOL_CALLS = 5).
-    assert type(raised.value.__cause__) is ToolExecutionFailedError
     assert model.stages() == ["intent", *["execution"] * 5]
 
 
 @pytest.mark.parametrize(
     ("call", "result"),
     [
-        (ToolCallSpec(id="call_x", name="web_search", arguments="{}"), "Tool not found"),
+        (
+            ToolCallSpec(id="call_x", name="web_search", arguments="{}"),
+            "unknown tool 'web_search'; available: current_time, calculator, update_bio, forget_memory",
+        ),
         (
             ToolCallSpec(id="call_x", name="calculator", arguments='{"expression": "17 +'),
-            "Error: Failed to parse tool arguments as JSON: Unterminated string starting at: line 1 column 16 "
-            "(char 15). Please provide valid JSON arguments for the 'calculator' tool.",
+            "invalid arguments: Invalid JSON: EOF while parsing a string at line 1 column 20",
         ),
+        (
+            ToolCallSpec(id="call_x", name="calculator", arguments="[1, 2]"),
+            "invalid arguments: Input should be an object",
+        ),
+        (ToolCallSpec(id="call_x", name="calculator", arguments="42"), "invalid arguments: Input should be an object"),
     ],
-    ids=["unknown-tool", "arguments-cut"],
+    ids=["unknown-tool", "arguments-cut", "arguments-a-list", "arguments-a-number"],
 )
-async def test_a_bad_tool_call_gets_crewai_error_as_its_result_and_the_stage_goes_on(
-    call: ToolCallSpec, result: str
-) -> None:
+async def test_a_bad_tool_call_gets_an_error_result_and_the_stage_goes_on(call: ToolCallSpec, result: str) -> None:
+    calculator = RecordingCalculator()
     model = FakeModel(
         {
             "intent": [reply(NEEDS)],
@@ -664,37 +599,19 @@ async def test_a_bad_tool_call_gets_crewai_error_as_its_result_and_the_stage_goe
     )
     events: list[StageToolResult] = []
 
-    state = await run_agent_flow(state_for(), deps_for(model, events))
+    outcome = await run(turn_for(), model, events, tools=with_calculator(calculator))
 
-    assert state.execution == EXECUTED
+    assert answered(outcome).assistant_text == ORGANIZED.assistant_text
+    content = json.dumps({"error": result})
     first, second = calls_of(model, "execution")
-    assert second.messages == [*first.messages, *tool_turns(call, result)]
+    assert second.messages == [*first.messages, *tool_turns(call, content)]
     assert events == [
-        StageToolResult(stage="execution", call_id="call_x", name=call.name, content=result, is_error=False)
+        StageToolResult(stage="execution", call_id="call_x", name=call.name, content=content, is_error=True)
     ]
-
-
-@pytest.mark.parametrize("arguments", ["[1, 2]", "42", "true"])
-async def test_tool_arguments_that_crewai_cannot_take_end_the_stage_as_invalid_model_output(arguments: str) -> None:
-    calculator = RecordingCalculator()
-    call = ToolCallSpec(id="call_x", name="calculator", arguments=arguments)
-    model = FakeModel({"intent": [reply(NEEDS)], "execution": [ModelReply(tool_calls=[call]), reply(EXECUTED)]})
-    deps = deps_for(
-        model, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
-    )
-
-    with pytest.raises(StageOutputError) as raised:
-        await run_agent_flow(state_for(), deps)
-
-    assert raised.value.message == (
-        "stage 'execution': the model called calculator with arguments that are not a JSON object"
-    )
     assert calculator.ran_on == []
-    assert model.stages() == ["intent", "execution"]
 
 
-@BOTH_RUNNERS
-async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls(runner: FlowRunner) -> None:
+async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls() -> None:
     model = FakeModel(
         {
             "intent": [ModelReply(content=NEEDS.model_dump_json(), reasoning="needs a tool")],
@@ -708,7 +625,7 @@ async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls(runner
         }
     )
 
-    await run_agent_flow(state_for(), deps_for(model, runner=runner))
+    await run(turn_for(), model)
 
     first, second, third, repair = calls_of(model, "execution")
     calculator_17 = tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}', reasoning="add them")
@@ -733,15 +650,18 @@ async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls(runner
 
 
 async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_unchanged() -> None:
-    # memory.convert.to_wire keeps reasoning_content on tool-call turns; CrewAI must pass the key through.
     old_call = ToolCallSpec(id="call_old", name="current_time", arguments="{}")
-    history = [
-        {"role": "user", "content": "What time is it?"},
-        *tool_turns(old_call, '{"time": "09:00"}', reasoning="look at the clock"),
-        {"role": "assistant", "content": "It is 9."},
+    history: list[ChatMessage] = [
+        UserMessage(content="What time is it?"),
+        AssistantMessage(content="", tool_calls=[old_call], reasoning_content="look at the clock"),
+        ToolMessage(tool_call_id="call_old", name="current_time", content='{"time": "09:00"}'),
+        AssistantMessage(content="It is 9."),
     ]
-    continuation = tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}', reasoning="add them")
-    state = AgentFlowState(
+    continuation: list[ChatMessage] = [
+        AssistantMessage(content="", tool_calls=[TOOL_CALL], reasoning_content="add them"),
+        ToolMessage(tool_call_id=TOOL_CALL.id, name="calculator", content='{"expression":"17 + 25","result":"42"}'),
+    ]
+    turn = TurnInput(
         system_prompt=SYSTEM_PROMPT,
         history=history,
         user_input="And 17 + 25?",
@@ -751,17 +671,28 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
     )
     model = FakeModel({"execution": [reply(EXECUTED)], "organization": [reply(ORGANIZED)]})
 
-    await run_agent_flow(state, deps_for(model))
+    outcome = await run(turn, model)
 
+    assert answered(outcome).route == "NEEDS_EXECUTION"
     execution, organization = model.calls
     # A resumed turn: the intent answer is the one the stopped run decided, then the stage goes on.
     assert execution.messages == [
         {"role": "system", "content": SYSTEM_PROMPT},
-        *history,
+        {"role": "user", "content": "What time is it?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_old", "type": "function", "function": {"name": "current_time", "arguments": "{}"}}
+            ],
+            "reasoning_content": "look at the clock",
+        },
+        {"role": "tool", "tool_call_id": "call_old", "content": '{"time": "09:00"}', "name": "current_time"},
+        {"role": "assistant", "content": "It is 9."},
         USER("And 17 + 25?"),
         {"role": "assistant", "content": NEEDS.model_dump_json()},
         USER(EXECUTION_REQUEST),
-        *continuation,
+        *tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}', reasoning="add them"),
     ]
     assert organization.messages[: len(execution.messages)] == execution.messages
 
@@ -801,10 +732,7 @@ async def test_tool_results_are_handed_over_as_they_finish_in_the_models_call_or
             seen_by_the_follow_up.append(list(events))
         return await scripted(request)
 
-    deps = deps_for(
-        model, events, tool_registry=ToolRegistry([calculator, CurrentTimeTool(), BIO_TOOL, TOOLS.get("forget_memory")])
-    )
-    await run_agent_flow(state_for("What is 1 / 0 and 2 + 2?"), deps)
+    await run(turn_for("What is 1 / 0 and 2 + 2?"), model, events, tools=with_calculator(calculator))
 
     failed = StageToolResult(
         stage="execution",
@@ -820,7 +748,44 @@ async def test_tool_results_are_handed_over_as_they_finish_in_the_models_call_or
         content=json.dumps({"expression": "2 + 2", "result": "4"}, separators=(",", ":")),
         is_error=False,
     )
-    assert calculator.finished == ["2 + 2", "1 / 0"]  # CrewAI ran the two calls in parallel
+    assert calculator.finished == ["2 + 2", "1 / 0"]  # the two calls ran at the same time
     # Handed over by the tools themselves, before the model is called again, and in the order the model called.
     assert seen_by_the_follow_up == [[failed, worked]]
     assert events == [failed, worked]
+    _, follow_up = calls_of(scripted, "execution")
+    assert [m.get("tool_call_id") for m in follow_up.messages[-2:]] == ["call_a", "call_b"]
+
+
+async def test_a_call_to_an_approval_tool_that_reaches_the_stage_is_refused_not_run() -> None:
+    # The gateway stops the run at such a call (ToolCallsPending); a bug around it must not run the tool.
+    call = ToolCallSpec(id="call_bio", name="update_bio", arguments='{"bio": "x"}')
+    model = FakeModel(
+        {
+            "intent": [reply(NEEDS)],
+            "execution": [ModelReply(tool_calls=[call]), reply(EXECUTED)],
+            "organization": [reply(ORGANIZED)],
+        }
+    )
+    events: list[StageToolResult] = []
+
+    await run(turn_for(), model, events)
+
+    content = json.dumps({"error": "update_bio runs only after the user approves it"})
+    assert events == [
+        StageToolResult(stage="execution", call_id="call_bio", name="update_bio", content=content, is_error=True)
+    ]
+
+
+async def test_a_turn_stopped_for_a_tool_the_run_may_not_run_is_suspended_with_its_intent() -> None:
+    from agent_runtime.engine.flow.model_call import ToolCallsPending
+
+    call = ToolCallSpec(id="call_bio", name="update_bio", arguments='{"bio": "x"}')
+
+    async def model(request: ModelCall) -> ModelReply:
+        if request.stage == "intent":
+            return reply(NEEDS)
+        raise ToolCallsPending(request.stage, [call])
+
+    outcome = await run(turn_for(), model)
+
+    assert outcome == TurnSuspended(route="NEEDS_EXECUTION", stage="execution", calls=[call], intent=NEEDS)
