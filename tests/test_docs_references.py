@@ -50,6 +50,7 @@ ELSEWHERE = {
     "RECALLED_MEMORIES_JSON": "src/agent_runtime/engine/memories/block.py",  # the recall block's markers
     "NEEDS_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",
     "PLAYGROUND_SCREENSHOT": "tests/browser/test_playground.py",  # where the browser test saves the docs' screenshot
+    "RECORD_REQUESTS": "tests/runs/test_recorded_requests.py",  # writes the recorded model requests again
 }
 # Files of other projects that the docs name (CrewAI's and LiteLLM's sources, the benchmark peer's).
 FOREIGN_FILES = {
