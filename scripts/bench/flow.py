@@ -545,9 +545,7 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
     resources = await open_engine(settings)
     try:
         engine = resources.engine
-        # The warm-up (CrewAI + LiteLLM imports, worker threads): `warm_up()`, or the newer `ensure_warm()` task.
-        warm_up = getattr(engine.runs, "warm_up", None)
-        await (warm_up() if warm_up is not None else engine.runs.ensure_warm())
+        await engine.runs.ensure_warm()  # the warm-up: CrewAI and LiteLLM imported, the LLM client primed
         startup = time.perf_counter() - t0
         ctx = RequestContext(user_id=uuid.uuid4())
         seq = await sequential(engine, ctx, stub, args.runs, args.history)

@@ -68,3 +68,40 @@ async def test_the_connect_deadline_bounds_one_connect(silent_server: str) -> No
 async def test_the_statement_deadline_bounds_a_statement_that_never_ends(database_url: str, acquired: bool) -> None:
     deadlines = DatabaseDeadlines(connect_seconds=5, acquire_seconds=5, statement_seconds=0.5)
     assert 0.4 < await _seconds_to_refusal(database_url, deadlines, "SELECT pg_sleep(10)", acquired=acquired) < 1.5
+
+
+@pytest.mark.parametrize("acquired", [False, True], ids=["pool", "acquired"])
+async def test_a_busy_pool_is_waited_for_past_the_acquire_deadline_within_the_statement_deadline(
+    database_url: str, acquired: bool
+) -> None:
+    # Every connection open and in use is load, not an outage: the queue drains as statements end.
+    deadlines = DatabaseDeadlines(connect_seconds=5, acquire_seconds=0.2, statement_seconds=3)
+    pool = await create_pool(database_url, min_size=2, max_size=2, deadlines=deadlines)
+    try:
+        busy = [asyncio.create_task(pool.fetchval("SELECT pg_sleep(0.8)")) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        if acquired:
+            async with pool.acquire() as conn:
+                answer = await conn.fetchval("SELECT 1")
+        else:
+            answer = await pool.fetchval("SELECT 1")
+        assert answer == 1 and 0.4 < time.monotonic() - started < 2.5
+        await asyncio.gather(*busy)
+        # A pool whose connections are not given back within the statement deadline is refused then.
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with pool.acquire():
+                await release.wait()
+
+        holders = [asyncio.create_task(hold()) for _ in range(2)]
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailableError):
+            await pool.fetchval("SELECT 1")
+        assert 2.5 < time.monotonic() - started < 4.5
+        release.set()
+        await asyncio.gather(*holders)
+    finally:
+        pool.terminate()

@@ -90,15 +90,27 @@ class _Acquire(PoolAcquireContext):  # type: ignore[misc]
 
 
 class ResilientPool(asyncpg.Pool):  # type: ignore[misc]
-    """asyncpg's pool with a default deadline on every acquisition (`acquire_timeout`, which also bounds the connect
-    it may make) and the outage translated; the per-connection `command_timeout` bounds each statement."""
+    """asyncpg's pool with a default deadline on every acquisition and the outage translated; the per-connection
+    `command_timeout` bounds each statement.
 
-    def __init__(self, *args: Any, acquire_timeout: float, **kwargs: Any) -> None:
+    The acquisition's deadline tells an outage from load. `acquire_timeout` (which also bounds the connect an
+    acquisition may make) applies while the pool has a connection to open or an idle one: a wait past it means the
+    database does not answer. When every connection is open and in use, the wait is the queue of a busy process,
+    which drains as statements end (each within `command_timeout`): it may last `busy_timeout`, so that a burst of
+    runs is slowed down rather than failed as `database_unavailable` (measured: 200 runs at once on one core,
+    docs/benchmarks.md "Load")."""
+
+    def __init__(self, *args: Any, acquire_timeout: float, busy_timeout: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._acquire_timeout = acquire_timeout
+        self._busy_timeout = max(busy_timeout, acquire_timeout)
+
+    def _deadline(self) -> float:
+        busy = self.get_size() >= self.get_max_size() and self.get_idle_size() == 0
+        return self._busy_timeout if busy else self._acquire_timeout
 
     def acquire(self, *, timeout: float | None = None) -> Any:
-        return _Acquire(self, self._acquire_timeout if timeout is None else timeout)
+        return _Acquire(self, self._deadline() if timeout is None else timeout)
 
     async def read(self, run: Callable[[Any], Awaitable[T]]) -> T:
         """`run(conn)` for statements that only read (no `pg_notify`, no data-modifying CTE, no volatile function):
@@ -110,7 +122,7 @@ class ResilientPool(asyncpg.Pool):  # type: ignore[misc]
         retried = False
         while True:
             try:
-                async with PoolAcquireContext(self, self._acquire_timeout) as conn:
+                async with PoolAcquireContext(self, self._deadline()) as conn:
                     return await run(conn)
             except Exception as exc:
                 if not is_unavailable(exc):

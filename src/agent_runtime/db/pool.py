@@ -83,6 +83,7 @@ async def create_pool(
     pool = ResilientPool(
         dsn,
         acquire_timeout=deadlines.acquire_seconds,
+        busy_timeout=deadlines.statement_seconds,
         connection_class=asyncpg.Connection,
         record_class=asyncpg.Record,
         min_size=min_size,

@@ -141,22 +141,24 @@ class RunService:
     # -- start ---------------------------------------------------------------------------------------
 
     async def start(self, ctx: RequestContext, session_id: UUID, run_input: RunInput) -> RunHandle:
-        # A new turn is planned as if nothing were pending (its start checks); answers, regenerations need them first.
-        answers = run_input.resume or run_input.tool_results or run_input.regenerate
-        thread = await self._pending.load(ctx, session_id) if answers else None
-        return await self._start(ctx, session_id, run_input, thread)
+        with self.admission.starting():
+            # A new turn is planned as if nothing were pending (its start checks); answers, regenerations need them.
+            answers = run_input.resume or run_input.tool_results or run_input.regenerate
+            thread = await self._pending.load(ctx, session_id) if answers else None
+            return await self._start(ctx, session_id, run_input, thread)
 
     async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
         """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
         (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken."""
-        request = await read_agui_input(
-            ctx,
-            agui_input,
-            self._pending,
-            server_tools=self._tools.names(),
-            offer_tools=self._settings.agui_frontend_tools,
-        )
-        return await self._start(ctx, request.session_id, request.run_input, request.thread)
+        with self.admission.starting():
+            request = await read_agui_input(
+                ctx,
+                agui_input,
+                self._pending,
+                server_tools=self._tools.names(),
+                offer_tools=self._settings.agui_frontend_tools,
+            )
+            return await self._start(ctx, request.session_id, request.run_input, request.thread)
 
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
@@ -235,6 +237,7 @@ class RunService:
         try:
             try:
                 async with asyncio.timeout(self._settings.run_timeout_seconds):
+                    await self.admission.after_starts()
                     await self._turns.snapshots(job.turn)
                     await asyncio.shield(self.ensure_warm())
                     hold = RunHold(self.store, self._reservation, job.ctx, job.started)

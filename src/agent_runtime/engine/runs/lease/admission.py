@@ -1,19 +1,29 @@
 """Per-process admission: at most MAX_CONCURRENT_RUNS runs in flight, and none once the process drains.
 
-Checked before anything touches the database, so a refusal costs microseconds and no stream ever starts
-for a run that cannot get a thread (`engine/flow/crewai/threads.py` sizes its pools from the same setting). The
-per-user limit lives in the database instead (trigger `enforce_user_run_limit`): it must hold across replicas.
+Checked before anything touches the database, so a refusal costs microseconds. The per-user limit lives in the
+database instead (trigger `enforce_user_run_limit`): it must hold across replicas.
 
-Every caller is a coroutine on the app's event loop, so the counter needs no lock.
+Starts before work: while runs are being started (admitted, their start statement sent, RUN_STARTED or a refusal
+on its way), admitted runs wait before they begin their turn, for at most `START_PRIORITY_SECONDS`. A burst of
+requests then gets its first events before the runs it admitted take the event loop's turns and the database
+pool's connections (measured: docs/benchmarks.md, "Load").
+
+Every caller is a coroutine on the app's event loop, so the counters need no lock.
 """
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
 
 from agent_runtime.engine.errors import ServerBusyError, ShuttingDownError
 from agent_runtime.observability import metrics
 
 # A refused client may retry soon: a run takes seconds, and a draining process's load balancer moves on.
 _RETRY_AFTER_SECONDS = 1
+# The longest an admitted run waits for the starts in progress: under a steady stream of starts the runs go on.
+START_PRIORITY_SECONDS = 1.0
 
 
 class Admission:
@@ -21,6 +31,9 @@ class Admission:
         self.limit = limit
         self.in_flight = 0
         self.draining = False
+        self._starting = 0
+        self._no_start = asyncio.Event()
+        self._no_start.set()
 
     @property
     def full(self) -> bool:
@@ -48,3 +61,22 @@ class Admission:
     def release(self) -> None:
         self.in_flight -= 1
         metrics.runs_in_flight(self.in_flight)
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Around a run's start, until its first event (or its refusal) is on its way."""
+        self._starting += 1
+        self._no_start.clear()
+        try:
+            yield
+        finally:
+            self._starting -= 1
+            if not self._starting:
+                self._no_start.set()
+
+    async def after_starts(self) -> None:
+        """Until no run is being started, at most START_PRIORITY_SECONDS."""
+        if self._starting:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(START_PRIORITY_SECONDS):
+                    await self._no_start.wait()

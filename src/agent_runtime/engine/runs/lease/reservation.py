@@ -52,6 +52,8 @@ class RunReservation:
         self._models = sorted({templates.call_options(name, settings).model for name in tasks})
         self._window_tokens = settings.memory_max_tokens
         self._default_model = settings.effective_llm_model
+        # Both budgets off (0: no limit): the trigger refuses nothing, so a call's worst case is not worth counting.
+        self.budgeted = bool(settings.user_daily_budget_cny or settings.user_monthly_budget_cny)
 
     def chunk(self) -> Decimal:
         """What a run is admitted holding, and the least a hold grows by."""
@@ -101,6 +103,8 @@ class RunHold:
     async def __call__(self, request: LLMRequest) -> None:
         """Before `request` is sent: grow the hold if it does not cover the call (raises BudgetExceededError when
         the budget has no room for it; the call is then not made)."""
+        if not self._reservation.budgeted:
+            return
         self.needed += self._reservation.call(request)
         if self.needed <= self.held:
             return
