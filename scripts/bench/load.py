@@ -25,7 +25,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
@@ -48,7 +48,7 @@ from load_kit import (
     stop_on_sigterm,
     text_for,
 )
-from load_probes import CpuMeter, CpuUse, lag_histogram, lag_p99, refusal_durations, tree_rss_mb, watch_pool
+from load_probes import CpuMeter, CpuUse, refusal_durations, ticker_lags, tree_rss_mb, watch_pool
 
 PEER_DIR = Path("/work/shared/bench/peer-pydantic-ai")
 PEER_VENV = Path(__file__).resolve().parents[2] / ".bench/peer"
@@ -59,9 +59,13 @@ class Loop:
     runs: list[Run]
     elapsed: float
     cpu: CpuUse
-    lag_p99: float = float("nan")
-    lag_samples: int = 0
+    # The lag probe's samples over the phase (scripts/bench/lag_probe/: a 50 ms ticker in either server's loop).
+    lags: list[float] = field(default_factory=list)
     pool_waiting: int = 0  # ours: the most database acquires queued at once (waves only)
+
+    def lag(self) -> str:
+        """p99 / max of the loop's lag in ms, and the sample count."""
+        return f"{_ms(pct(self.lags, 0.99))} / {_ms(max(self.lags, default=float('nan')))} ({len(self.lags)})"
 
     @property
     def ok(self) -> list[Run]:
@@ -91,17 +95,23 @@ class Loop:
         return self.cpu.server / self.elapsed
 
 
-async def _measured(target: Target) -> tuple[CpuMeter, dict[float, float]]:
+async def _measured(target: Target) -> tuple[CpuMeter, float]:
     meter = CpuMeter(target.server, target.stub)
     await meter.start()
-    return meter, ({} if target.peer else await lag_histogram(target.server))
+    return meter, time.time()
+
+
+async def _lags(target: Target, since: float) -> list[float]:
+    until = time.time()
+    await asyncio.sleep(0.4)  # the probe writes its samples every 0.25 s
+    return ticker_lags(target.server, since, until)
 
 
 async def closed_loop(
     http: aiohttp.ClientSession, target: Target, sessions: list[Session], latency: float, seconds: float
 ) -> Loop:
     """One client per session, each starting its next run when the last ends, for `seconds` (stragglers finish)."""
-    meter, lag0 = await _measured(target)
+    meter, since = await _measured(target)
     text = text_for(latency)
     runs: list[Run] = []
     t0 = time.monotonic()
@@ -117,14 +127,13 @@ async def closed_loop(
     await asyncio.gather(*(client_loop(s) for s in sessions))
     elapsed = time.monotonic() - t0
     loop = Loop(runs, elapsed, await meter.stop())
-    if not target.peer:
-        loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
+    loop.lags = await _lags(target, since)
     return loop
 
 
 async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Session], latency: float) -> Loop:
     """All runs started at once."""
-    meter, lag0 = await _measured(target)
+    meter, since = await _measured(target)
     text = text_for(latency)
     t0 = time.monotonic()
     peak = [0]
@@ -133,9 +142,8 @@ async def wave(http: aiohttp.ClientSession, target: Target, sessions: list[Sessi
     elapsed = time.monotonic() - t0
     waiting.cancel()
     loop = Loop(list(runs), elapsed, await meter.stop())
-    if not target.peer:
-        loop.lag_p99, loop.lag_samples = lag_p99(lag0, await lag_histogram(target.server))
-        loop.pool_waiting = peak[0]
+    loop.lags = await _lags(target, since)
+    loop.pool_waiting = peak[0]
     return loop
 
 
@@ -190,7 +198,8 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
     print(f"load average before: {loadavg()}\n")
     print(
         "| runs | target | completed | wall (s) | run p50 / p99 (s) | first event p50 / p99 (ms) | "
-        "first token p50 / p99 (s) | CPU ms / run | server cores | loop lag p99 (samples); most pool waiters | failed |"
+        "first token p50 / p99 (s) | CPU ms / run | server cores | loop lag p99 / max ms (samples); most pool "
+        "waiters | failed |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.waves:
@@ -201,7 +210,7 @@ async def phase_waves(http: aiohttp.ClientSession, targets: list[Target], args: 
             ok = loop.ok
             walls[target.name] = loop.elapsed
             run_t, ttfe, ttft = [r.wall for r in ok], [r.ttfe for r in ok], [r.ttft for r in ok]
-            lag = "-" if target.peer else f"{_ms(loop.lag_p99)} ms ({loop.lag_samples}); {loop.pool_waiting}"
+            lag = loop.lag() if target.peer else f"{loop.lag()}; {loop.pool_waiting}"
             print(
                 f"| {n} | {target.name} | {len(ok)}/{n} | {loop.elapsed:.1f} | {pct(run_t, 0.5):.2f} / "
                 f"{pct(run_t, 0.99):.2f} | {_ms(pct(ttfe, 0.5))} / {_ms(pct(ttfe, 0.99))} | {pct(ttft, 0.5):.2f} / "
@@ -217,8 +226,8 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
     print(f"\n### Ours: runs in flight (closed loop, {args.seconds:g} s each): what MAX_CONCURRENT_RUNS buys")
     print(f"load average before: {loadavg()}\n")
     print(
-        "| in flight | model latency | runs/s | run p50 / p99 (s) | first token p99 (s) | loop lag p99 (samples) | "
-        "CPU ms / run | server cores | failed |"
+        "| in flight | model latency | runs/s | run p50 / p99 (s) | first token p99 (s) | loop lag p99 / max ms "
+        "(samples) | CPU ms / run | server cores | failed |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for latency in args.sweep_latencies or (0.0, args.latency):
@@ -228,7 +237,7 @@ async def phase_in_flight(http: aiohttp.ClientSession, ours: Target, args: argpa
             run_t, ttft = [r.wall for r in loop.ok], [r.ttft for r in loop.ok]
             print(
                 f"| {clients} | {latency:g} s | {loop.per_second:.2f} | {pct(run_t, 0.5):.2f} / "
-                f"{pct(run_t, 0.99):.2f} | {pct(ttft, 0.99):.2f} | {_ms(loop.lag_p99)} ms ({loop.lag_samples}) | "
+                f"{pct(run_t, 0.99):.2f} | {pct(ttft, 0.99):.2f} | {loop.lag()} | "
                 f"{loop.cpu_ms():.0f} | {loop.cores:.2f} | {_failures(loop.runs)} |"
             )
     print(f"\nload average after: {loadavg()}")

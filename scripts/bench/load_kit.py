@@ -34,6 +34,7 @@ TOOL_RESULT = '{"expression":"12*7","result":"84"}'
 # the peer is sent a fixed 16-message history without one; our window then holds 10-20 messages (cache-aware cut).
 # Our per-user quotas are off (0 = no limit) so that the benchmark measures the run path, not the quotas: each
 # session belongs to its own user anyway, but a closed loop starts more than 20 runs a minute on one session.
+LAG_PROBE = ROOT / "scripts/bench/lag_probe"
 OURS_ENV = {
     "LLM_MODEL": "deepseek/deepseek-flash",
     "DEEPSEEK_API_KEY": "sk-perf",
@@ -99,6 +100,8 @@ class Server:
     popen: subprocess.Popen[bytes]
     log_path: Path
     app_name: str = ""  # our PostgreSQL application_name, to find the server's database backends
+    # Where the lag probe (scripts/bench/lag_probe/) of each of its processes writes: `<lag_file>.<pid>`.
+    lag_file: Path | None = None
     # Our /metrics, one per worker process (WORKERS > 1: METRICS_PORT + i); empty: base + /metrics.
     metrics: list[str] = field(default_factory=list)
 
@@ -128,7 +131,12 @@ PEER_WORKERS = 1
 
 
 def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port: int, pin: bool = True) -> Server:
+    """`pin` (a server, not a helper process): also taskset (--pin) and the loop-lag probe."""
     log_path = workdir / f"{name}.log"
+    lag_file = workdir / f"lag-{name}" if pin else None
+    if lag_file is not None:
+        python_path = [str(LAG_PROBE), *filter(None, [env.get("PYTHONPATH")])]
+        env = {**env, "PYTHONPATH": os.pathsep.join(python_path), "BENCH_LAG_FILE": str(lag_file)}
     if PIN is not None and pin:
         argv = ["taskset", "-c", PIN, *argv]
     with log_path.open("wb") as log:
@@ -137,7 +145,7 @@ def _launch(name: str, argv: list[str], env: dict[str, str], workdir: Path, port
         popen = subprocess.Popen(
             argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return Server(name, f"http://127.0.0.1:{port}", popen, log_path)
+    return Server(name, f"http://127.0.0.1:{port}", popen, log_path, lag_file=lag_file)
 
 
 async def wait_ready(server: Server, path: str, *, within: float = 180, in_a_row: int = 1) -> None:

@@ -118,16 +118,6 @@ class CpuMeter:
         return CpuUse(end.server - start.server, end.db - start.db, end.client - start.client, end.stub - start.stub)
 
 
-async def lag_histogram(server: Server) -> dict[float, float]:
-    """Our `agent_runtime_event_loop_lag_seconds` buckets (cumulative counts by upper bound; inf = count)."""
-    buckets: dict[float, float] = {}
-    for line in await metrics_lines(server):
-        if line.startswith("agent_runtime_event_loop_lag_seconds_bucket"):
-            le = float(line.split('le="', 1)[1].split('"', 1)[0])
-            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
-    return buckets
-
-
 async def metrics_lines(server: Server) -> list[str]:
     """Every line of the server's /metrics, of all its workers (each worker counts its own)."""
     lines: list[str] = []
@@ -136,16 +126,6 @@ async def metrics_lines(server: Server) -> list[str]:
             async with http.get(url) as r:
                 lines.extend((await r.text()).splitlines())
     return lines
-
-
-def lag_p99(before: dict[float, float], after: dict[float, float]) -> tuple[float, int]:
-    """p99 of the samples taken between two scrapes, as the upper bound of its bucket, and the sample count."""
-    delta = {le: after[le] - before.get(le, 0.0) for le in sorted(after)}
-    total = delta.get(float("inf"), 0.0)
-    for le, count in delta.items():
-        if count >= 0.99 * total:
-            return le, int(total)
-    return float("nan"), int(total)
 
 
 async def watch_pool(target: Target, peak: list[int]) -> None:
@@ -180,3 +160,16 @@ async def statement_counts(server: Server) -> Counter[str]:
             kind = line.split('kind="', 1)[1].split('"', 1)[0]
             counts[kind] += int(float(line.rsplit(" ", 1)[1]))
     return counts
+
+
+def ticker_lags(server: Server, since: float, until: float) -> list[float]:
+    """The lag probe's samples (seconds late) of every process of `server` between two wall-clock times."""
+    if server.lag_file is None:
+        return []
+    samples: list[float] = []
+    for path in server.lag_file.parent.glob(f"{server.lag_file.name}.*"):
+        for line in path.read_text(encoding="ascii").splitlines():
+            at, late = line.split()
+            if since <= float(at) <= until:
+                samples.append(float(late))
+    return samples
