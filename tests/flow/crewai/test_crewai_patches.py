@@ -41,3 +41,21 @@ def test_tracing_is_declined_with_the_keys_crewai_reads() -> None:
 def test_an_async_tool_is_one_that_overrides_the_arun_base_tool_awaits() -> None:
     assert "return await self._arun(*args, **kwargs)" in inspect.getsource(BaseTool.arun)
     assert "NotImplementedError" in inspect.getsource(BaseTool._arun)
+
+
+def test_the_flows_bookkeeping_jobs_are_the_ones_kickoff_sends_to_a_thread() -> None:
+    # Row 7: BookkeepingExecutor recognises these by module and qualified name.
+    source = inspect.getsource(flow_runtime)
+    for call in (
+        "await asyncio.to_thread(self._persist_method_completion, method_name)",
+        "await asyncio.to_thread(self._drain_memory_writes)",
+        "await asyncio.to_thread(crewai_event_bus.flush)",
+    ):
+        assert call in source, call
+    assert flow_runtime.Flow._persist_method_completion.__qualname__ == "Flow._persist_method_completion"
+    assert flow_runtime.Flow._drain_memory_writes.__qualname__ == "Flow._drain_memory_writes"
+    bus = flow_runtime.crewai_event_bus
+    assert (type(bus).flush.__module__, type(bus).flush.__qualname__) == (
+        "crewai.events.event_bus",
+        "CrewAIEventsBus.flush",
+    )

@@ -7,6 +7,7 @@ Importing this module does not import CrewAI (seconds of CPU): `load_agent` does
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, Field
 
 from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.flow.crewai import bookkeeping
 from agent_runtime.engine.flow.crewai import env as crewai_env
 from agent_runtime.engine.flow.model_call import CallModel, EventSink, ToolCallsPending
 from agent_runtime.engine.flow.stage import MAX_TOOL_ITERATIONS
@@ -85,6 +87,12 @@ TurnOutcome = TurnAnswered | TurnSuspended
 def prepare_agent(data_dir: Path) -> None:
     """Cheap, at start-up: CrewAI's offline environment, so that its later import stays offline and in `data_dir`."""
     crewai_env.configure_crewai_env(data_dir)
+
+
+def adopt_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """At start-up, on the app's loop: the CrewAI Flow's bookkeeping runs on it, not on a thread
+    (engine/flow/crewai/bookkeeping.py)."""
+    bookkeeping.install(loop)
 
 
 def load_agent(data_dir: Path) -> None:

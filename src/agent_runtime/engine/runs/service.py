@@ -18,7 +18,7 @@ from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import Tool, engine_tools
-from agent_runtime.engine.flow.turn import prepare_agent
+from agent_runtime.engine.flow.turn import adopt_loop, prepare_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memories.service import MemoryService
@@ -324,6 +324,7 @@ class RunService:
     def start_background(self) -> None:
         """Start the lease keeper (renewals and sweeps); the lifespan calls it once, on the app's loop."""
         self._loop = asyncio.get_running_loop()
+        adopt_loop(self._loop)
         self.leases.start()
         self.hub.start()
 

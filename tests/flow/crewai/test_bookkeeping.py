@@ -1,0 +1,55 @@
+"""The app loop's default executor runs the CrewAI Flow's bookkeeping inline and everything else on its threads."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from agent_runtime.engine.flow.crewai import env as crewai_env
+
+_CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-bookkeeping-{os.getpid()}"
+crewai_env.load_crewai(_CREWAI_DATA)
+atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
+
+from crewai.flow.flow import Flow, listen, start  # noqa: E402
+
+from agent_runtime.engine.flow.crewai.bookkeeping import BookkeepingExecutor, is_bookkeeping  # noqa: E402
+
+
+class Two(Flow[dict[str, str]]):
+    _skip_auto_memory = True
+
+    @start()
+    async def first(self) -> str:
+        return "a"
+
+    @listen(first)
+    async def second(self) -> str:
+        return "b"
+
+
+def test_a_kickoff_sends_no_job_to_a_thread_and_other_jobs_still_go_to_one() -> None:
+    threads: list[str] = []
+
+    class Counting(BookkeepingExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if not is_bookkeeping(fn, *args):
+                threads.append(repr(fn))
+            return super().submit(fn, *args, **kwargs)
+
+    async def main() -> tuple[object, int]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(Counting())
+        result = await Two(suppress_flow_events=True).kickoff_async()
+        assert threads == []
+        other = await asyncio.to_thread(threading.get_ident)
+        return result, other
+
+    result, other = asyncio.run(main())
+    assert result == "b"
+    assert other != threading.get_ident() and len(threads) == 1
