@@ -17,7 +17,7 @@ Streamed answers come in `--chunk-chars` characters per SSE chunk (default 4, ab
 DeepSeek streams). Every session is pre-filled with `--history` messages (default 20 = the memory window),
 so each run sees a full window, as a conversation in progress does.
 
-Measured, after `engine.runs.warm_up()` and 3 runs of each kind:
+Measured, after `engine.runs.ensure_warm()` and 3 runs of each kind:
 - CPU ms per run: `time.process_time()` (all threads of this process: the loop, LiteLLM's helper threads,
   asyncpg) from calling `start()` to the terminal event, median/p90 of `--runs`
   sequential runs (full and short alternate, so a load spike hits both). `batch mean` = process CPU of the
@@ -348,7 +348,7 @@ async def concurrent(
 # recorder's tool rows run inside run_turn (patched where the run service looks it up).
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
-    ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
+    ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "window", "memory window"),
     ("agent_runtime.engine.runs.turn.runner", None, "run_turn", "run_turn (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete", "flow > LLMClient.complete"),
@@ -406,6 +406,10 @@ async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, histo
         column |= {f"calls {label}": calls[label] / runs for label in labels}
         column["total"] = total * 1000 / runs
         columns[kind] = column
+    # A target the run path stopped calling would read 0.0 forever: a renamed coroutine, not a free one.
+    unused = [label for label in labels if not any(c[f"calls {label}"] for c in columns.values())]
+    if unused:
+        raise SystemExit(f"--breakdown: never called on either route, update BREAKDOWN_TARGETS: {', '.join(unused)}")
     print(f"\nBreakdown (--breakdown): process CPU ms per run inside each coroutine, mean of {runs} sequential runs")
     rows = []
     for label in [*labels, "total"]:
