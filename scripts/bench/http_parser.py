@@ -38,13 +38,19 @@ def _start(parser: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], s
     command = [sys.executable, "-m", "uvicorn", "agent_runtime.api.app:create_app", "--factory", "--http", parser]
     proc = subprocess.Popen([*command, "--port", str(port), "--log-level", "warning", "--no-access-log"], env=env)
     base_url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    # Readiness answers 503 until the background CrewAI/LiteLLM import is done: pause after a 503 too, up to a
+    # deadline (300 tries without a pause gave up once 300 503s had come back, however fast they came).
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{parser} server exited with status {proc.returncode}")
         try:
             if httpx.get(f"{base_url}/health/ready").status_code == 200:
                 return proc, base_url
         except httpx.TransportError:
-            time.sleep(0.1)
-    raise SystemExit(f"{parser} server did not start")
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{parser} server not ready in 180 s")
 
 
 def main() -> None:
