@@ -292,7 +292,9 @@ async def phase_burst(
             t0 = time.monotonic()
             runs = await asyncio.gather(*(floor.run(http, s, text_for(args.latency)) for s in sessions))
             _refusal_row(floor.name, [(r.status, r.wall) for r in runs], time.monotonic() - t0)
-        if shutil.which("curl"):
+        if not shutil.which("curl"):
+            print("\n(curl not found: the rows from curl are left out)")
+        else:
             for name, base in [("ours", targets[0].server.base), *((f"floor: {k}", f.base) for k, f in floors.items())]:
                 t0 = time.monotonic()
                 answers = await curl_burst(base, sessions, text_for(args.latency), workdir)
@@ -452,5 +454,12 @@ if __name__ == "__main__":
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (path printed)")
     parser.add_argument("--workers", type=int, default=1, help="our WORKERS (server processes on the port)")
     parser.add_argument("--peer-workers", type=int, default=1, help="the peer's uvicorn --workers")
+    args = parser.parse_args()
+    peer_files = (args.peer_venv / "bin/uvicorn", args.peer_dir / "peer_app.py")
+    if not args.no_peer and not all(path.exists() for path in peer_files):
+        parser.error(
+            f"the pydantic-ai peer is not set up ({' or '.join(str(p) for p in peer_files if not p.exists())} "
+            'missing): see docs/benchmarks.md "Load", or pass --no-peer'
+        )
     stop_on_sigterm()
-    asyncio.run(main(parser.parse_args()))
+    asyncio.run(main(args))
