@@ -60,6 +60,10 @@ ORGANIZATION = {
 }
 
 
+# The first words of config/crewai/tasks.yaml's memory_extraction task, the system message of an extraction call.
+EXTRACTION_MARKER = "You keep a short list of durable facts about the user"
+
+
 def make_responder(default_latency: float, chunk_chars: int) -> Any:
     def respond(request: RecordedRequest) -> StubReply:
         messages = request.messages
@@ -75,6 +79,9 @@ def make_responder(default_latency: float, chunk_chars: int) -> Any:
             stage = "Stage: execution"
         elif "matching the OrganizationResult schema" in task:
             stage = "Stage: organization"
+        if any(EXTRACTION_MARKER in content_text(m.get("content")) for m in messages if m.get("role") == "system"):
+            # Long-term memories' extraction after a turn (ours): the demo question leaves nothing to remember.
+            return StubReply(content=json.dumps({"operations": []}), delay_seconds=delay)
         if stage == "Stage: intent":
             content = json.dumps(INTENT_FULL if FULL in turn else INTENT_SHORT)
             return StubReply(content=content, delay_seconds=delay, chunk_chars=chunk_chars)
