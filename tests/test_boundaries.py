@@ -52,8 +52,8 @@ def test_crewai_and_litellm_are_imported_only_inside_their_boundary() -> None:
 
 def test_a_crossing_is_reported() -> None:
     lazy = "def f():\n    from litellm.utils import select_tokenizer\n"
-    assert crossings(lazy, Path("engine/memory/tokens.py")) == [
-        "engine/memory/tokens.py imports litellm outside engine/llm/"
+    assert crossings(lazy, Path("engine/conversation/tokens.py")) == [
+        "engine/conversation/tokens.py imports litellm outside engine/llm/"
     ]
     dynamic = "import importlib\nimportlib.import_module('crewai.flow.flow')\n"
     assert crossings(dynamic, Path("engine/runs/warmup.py")) == [

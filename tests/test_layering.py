@@ -24,8 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("observability",),  # a model call's metrics take billing's CostBreakdown
     ("db",),
     ("engine.llm", "engine.profiles"),
-    ("engine.messages", "engine.sessions"),
-    ("engine.memory", "engine.usage"),
+    ("engine.conversation", "engine.sessions", "engine.usage"),
     ("engine.memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (messages)
     ("engine.flow",),
     # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
@@ -113,13 +112,13 @@ def test_every_engine_package_has_its_own_layer() -> None:
 
 
 def test_an_upward_or_sideways_import_is_reported() -> None:
-    upward = "from agent_runtime.engine.messages.metadata import CostSource\n"
+    upward = "from agent_runtime.engine.conversation.metadata import CostSource\n"
     assert upward_imports(upward, "engine.billing.models") == [
-        "engine.billing.models (engine.billing) imports engine.messages.metadata.CostSource (engine.messages)"
+        "engine.billing.models (engine.billing) imports engine.conversation.metadata.CostSource (engine.conversation)"
     ]
     sideways = "def f():\n    from agent_runtime.engine import sessions\n"
-    assert upward_imports(sideways, "engine.messages.store") == [
-        "engine.messages.store (engine.messages) imports engine.sessions (engine.sessions)"
+    assert upward_imports(sideways, "engine.conversation.store") == [
+        "engine.conversation.store (engine.conversation) imports engine.sessions (engine.sessions)"
     ]
     assert upward_imports("from ..runs import store\n", "engine.billing.models") == [
         "engine.billing.models (engine.billing) imports engine.runs.store (engine.runs)"

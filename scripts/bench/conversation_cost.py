@@ -329,7 +329,7 @@ class Conversation:
 
 
 async def run_turn(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> None:
-    from agent_runtime.engine.memory.messages import UserMessage
+    from agent_runtime.engine.conversation.chat_messages import UserMessage
     from agent_runtime.engine.runs.request.models import RunInput
 
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
@@ -472,7 +472,7 @@ class SharedCacheStub(PrefixCacheStub):
 @contextlib.contextmanager
 def tools_only_where_callable() -> Any:
     """The other prompt layout: tools sent only with the calls that may call them."""
-    from agent_runtime.engine.memory.summarizer import ModelSummarizer
+    from agent_runtime.engine.conversation.summarizer import ModelSummarizer
     from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
     gateway_request, summary_request = RunGateway.request, ModelSummarizer._request

@@ -175,9 +175,9 @@ async def _loop_lag(
 
 
 def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]]:
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, UserMessage
     from agent_runtime.engine.flow.crewai.flow import FlowDeps, build_state, run_agent_flow
     from agent_runtime.engine.flow.prompt import build_global_system_prompt
-    from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
     from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext
 
     templates = _templates()
@@ -209,8 +209,8 @@ def _runner(path: str, threads: Any) -> Callable[[str, float], Awaitable[object]
 
 
 def _fake_model(route: str, latency: float) -> Any:
+    from agent_runtime.engine.conversation.metadata import ToolCallSpec
     from agent_runtime.engine.flow.model_call import ModelCall, ModelReply
-    from agent_runtime.engine.messages.metadata import ToolCallSpec
 
     intent = {"route": route, "intent_summary": "add numbers"}
     intent |= {"assistant_text": "4"} if route == "DIRECT_EXECUTION" else {"execution_brief": "compute 2+2"}

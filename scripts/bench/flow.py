@@ -196,7 +196,7 @@ class RunSample:
 
 async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> RunSample:
     """One run from `start()` to its terminal event; checks it took the scripted route (model calls, tool)."""
-    from agent_runtime.engine.memory.messages import UserMessage
+    from agent_runtime.engine.conversation.chat_messages import UserMessage
     from agent_runtime.engine.runs.request.models import RunInput
 
     cpu0, loop0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
@@ -231,8 +231,8 @@ async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.
 
 
 async def new_session(engine: RuntimeEngine, ctx: RequestContext, history: int) -> uuid.UUID:
-    from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
-    from agent_runtime.engine.memory.postgres import to_new_message
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, UserMessage
+    from agent_runtime.engine.conversation.postgres import to_new_message
     from agent_runtime.engine.sessions.models import SessionCreate
 
     session = await engine.sessions.create(ctx, SessionCreate(title="bench"))
@@ -348,7 +348,7 @@ async def concurrent(
 # recorder's tool rows run inside run_agent_flow.
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
-    ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
+    ("agent_runtime.engine.conversation.chat_memory", "MessageWindowChatMemory", "get", "memory window (get)"),
     ("agent_runtime.engine.flow.crewai.flow", None, "run_agent_flow", "run_agent_flow (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete", "flow > LLMClient.complete"),

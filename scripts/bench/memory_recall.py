@@ -220,8 +220,8 @@ def extraction_cost(calls: list[tuple[list[str], str]], blocks: list[str], turns
     """What memories add per turn at deepseek-flash peak prices, counted with DeepSeek's tokenizer: each
     extraction call (its system message cached, its data and answer not; the demo's answer stands in for a real
     model's, which writes the same operations) and each recall block (new tokens once, in the turn's first call)."""
-    from agent_runtime.engine.memory.messages import AssistantMessage, SystemMessage, UserMessage
-    from agent_runtime.engine.memory.tokens import token_counter_for
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, SystemMessage, UserMessage
+    from agent_runtime.engine.conversation.tokens import token_counter_for
 
     count = token_counter_for("deepseek/deepseek-flash")
     hit, miss, out = Decimal("0.04"), Decimal("2"), Decimal("8")  # CNY per million, deepseek-flash at peak

@@ -24,7 +24,7 @@ def _kind(sql: str) -> str:
         return "start"
     if "UPDATE agent_runs SET status" in text:
         return "finish"
-    if "tail AS (" in text:  # the memory window read (engine/memory/repository.py)
+    if "tail AS (" in text:  # the memory window read (engine/conversation/repository.py)
         return "window"
     if "SELECT * FROM ( SELECT" in text and "ORDER BY seq DESC LIMIT" in text:
         return "snapshot"

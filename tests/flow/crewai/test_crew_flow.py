@@ -27,6 +27,8 @@ atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 from crewai.tools.tool_failure import ToolExecutionFailedError  # noqa: E402
 
+from agent_runtime.engine.conversation.chat_messages import AssistantMessage, ChatMessage, UserMessage  # noqa: E402
+from agent_runtime.engine.conversation.metadata import ToolCallSpec  # noqa: E402
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult  # noqa: E402
 from agent_runtime.engine.flow.crewai.flow import (  # noqa: E402
     AgentFlowState,
@@ -52,8 +54,6 @@ from agent_runtime.engine.flow.tools import (  # noqa: E402
     UpdateBioTool,
     engine_tools,
 )
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, UserMessage  # noqa: E402
-from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
 from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext  # noqa: E402
 from agent_runtime.resources import default_config_dir  # noqa: E402
 
@@ -733,7 +733,7 @@ async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls(runner
 
 
 async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_unchanged() -> None:
-    # memory.convert.to_wire keeps reasoning_content on tool-call turns; CrewAI must pass the key through.
+    # conversation.convert.to_wire keeps reasoning_content on tool-call turns; CrewAI must pass the key through.
     old_call = ToolCallSpec(id="call_old", name="current_time", arguments="{}")
     history = [
         {"role": "user", "content": "What time is it?"},

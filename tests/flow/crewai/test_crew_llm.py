@@ -29,6 +29,7 @@ _CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-tests-{os.ge
 crewai_env.load_crewai(_CREWAI_DATA)
 atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec  # noqa: E402
 from agent_runtime.engine.flow.crewai.llm import DelegatingLLM  # noqa: E402
 from agent_runtime.engine.flow.crewai.wire import schema_instruction  # noqa: E402
 from agent_runtime.engine.flow.model_call import (  # noqa: E402
@@ -38,7 +39,6 @@ from agent_runtime.engine.flow.model_call import (  # noqa: E402
     StageOutputError,
     StageToolResult,
 )
-from agent_runtime.engine.messages.metadata import ToolCallSpec  # noqa: E402
 
 
 class Answer(BaseModel):

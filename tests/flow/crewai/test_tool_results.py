@@ -8,11 +8,11 @@ import json
 
 from tests.flow.crewai.test_crew_flow import CONTEXT, TOOLS
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.crewai.tool_results import ArgumentsMatch, RunToolCalls
 from agent_runtime.engine.flow.crewai.tools import RuntimeToolAdapter, ToolCalls
 from agent_runtime.engine.flow.model_call import StageToolResult
 from agent_runtime.engine.flow.tools import ToolOutcome
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 FIRST = ToolCallSpec(id="call_1", name="calculator", arguments='{"expression": "1 + 1"}')
 SECOND = ToolCallSpec(id="call_2", name="calculator", arguments='{"expression": "2 + 2"}')

@@ -18,8 +18,8 @@ from tests.conftest import User
 from tests.runs.conftest import PEAK_TIME, Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
 from tests.stubs.deepseek_stub import StubReply
 
-from agent_runtime.engine.messages.metadata import UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.lease.reservation import RunReservation
 from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore

@@ -13,8 +13,8 @@ from uuid import UUID, uuid4
 from tests.conftest import User
 from tests.runs.conftest import MakeHarness, intent_direct, run_error_id, types, wait_for_model_call
 
-from agent_runtime.engine.messages.metadata import UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.lease.store import RunStore
 

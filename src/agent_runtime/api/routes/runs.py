@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.api.sse import with_keepalive
-from agent_runtime.engine.memory.messages import UserMessage
+from agent_runtime.engine.conversation.chat_messages import UserMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.runs.agui.capabilities import agent_capabilities
 from agent_runtime.engine.runs.agui.input import AguiRunInput

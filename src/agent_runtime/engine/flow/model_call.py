@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.errors import UpstreamError
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 # CrewAI's `max_iter` for the execution stage: model calls in its tool loop before it must answer (it then
 # makes one more call, for the answer). Budget reservations count them (engine/billing/reservation.py).

@@ -42,11 +42,11 @@ from typing import ClassVar, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agent_runtime.engine.conversation.summary import schema_text as summary_schema_text
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memories.extraction import schema_text as extraction_schema_text
-from agent_runtime.engine.memory.summary import schema_text as summary_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
 from agent_runtime.settings import DEMO_MODEL, Settings
 

@@ -31,7 +31,7 @@ STAGE_REQUEST_PREFIX = "Stage: "
 REPAIR_PREFIX = "Your previous answer could not be used"
 STAGE_CONTRACT_OF = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
 STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie
-# The chat memory's summary task (engine/memory/summary.py), recognised like a stage by its schema title.
+# The chat memory's summary task (engine/conversation/summary.py), recognised like a stage by its schema title.
 SUMMARY_TITLE = "ConversationSummary"
 _SCHEMA_TITLE = re.compile(r'"title"\s*:\s*"(IntentResult|ExecutionResult|OrganizationResult|ConversationSummary)"')
 _SUMMARISED_USER_MESSAGES = 6

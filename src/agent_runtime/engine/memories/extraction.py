@@ -21,14 +21,14 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.metadata import AuditMetadata, BillingFields
+from agent_runtime.engine.conversation.stored_messages import NewMessage, unfinished_call_row
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import CallOptions, LLMRequest, LLMResponse, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.repair import repair_text, strip_code_fence, unusable_answer
 from agent_runtime.engine.memories.block import clean_fact, escaped_json_object
 from agent_runtime.engine.memories.models import MemoryExtraction, RecalledMemory, TurnFacts
 from agent_runtime.engine.memories.store import MemoryStore
-from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields
-from agent_runtime.engine.messages.models import NewMessage, unfinished_call_row
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,8 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.store import insert_messages
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.embeddings import embed_with_provider
 from agent_runtime.engine.memories.block import recall_block
@@ -25,8 +27,6 @@ from agent_runtime.engine.memories.embeddings import LOCAL_MODEL, Embedder, Lite
 from agent_runtime.engine.memories.extraction import ExtractionTask, MemoryExtractor, embedding_rows, worth_extracting
 from agent_runtime.engine.memories.models import MemoryPage, RecalledMemory, TurnFacts
 from agent_runtime.engine.memories.store import MemoryStore
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import insert_messages
 from agent_runtime.engine.profiles.models import ProfileSettingsV1, ProfileSettingsV2
 from agent_runtime.settings import Settings
 

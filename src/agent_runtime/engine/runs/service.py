@@ -13,6 +13,9 @@ import asyncpg
 from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.crewai.env import configure_crewai_env
@@ -22,9 +25,6 @@ from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.tokens import token_counter_for
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.agui.input import read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings

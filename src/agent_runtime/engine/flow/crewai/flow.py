@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from pydantic import Field, PrivateAttr
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage
+from agent_runtime.engine.conversation.convert import to_wire
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
 from agent_runtime.engine.flow.crewai.llm import DelegatingLLM
@@ -53,8 +55,6 @@ from agent_runtime.engine.flow.templates import (
     OrganizationVariables,
 )
 from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, ToolRegistry
-from agent_runtime.engine.memory.convert import to_wire
-from agent_runtime.engine.memory.messages import ChatMessage
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability.runs import stage_observed
 

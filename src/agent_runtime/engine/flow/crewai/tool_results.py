@@ -17,9 +17,9 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.model_call import EventSink, StageToolResult
 from agent_runtime.engine.flow.tools import ToolOutcome
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 # What CrewAI sends the model instead of a result when a call fails on its side, e.g. arguments its validation of
 # the tool's schema refuses before our tool sees them.

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.llm.repair import repair_text
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 if TYPE_CHECKING:
     from crewai.utilities.types import LLMMessage

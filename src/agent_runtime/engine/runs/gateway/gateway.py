@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from uuid import uuid4
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, UserMessage
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.model_call import (
     ModelCall,
     ModelReply,
@@ -19,8 +21,6 @@ from agent_runtime.engine.flow.model_call import (
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.vision import with_images
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.gateway.partial_text import AssistantTextExtractor

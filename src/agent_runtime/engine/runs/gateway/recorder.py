@@ -17,8 +17,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.llm.models import LLMResponse, UnfinishedCall
-from agent_runtime.engine.messages.metadata import (
+from agent_runtime.engine.conversation.metadata import (
     AssistantOutputMetadata,
     AuditMetadata,
     BillingFields,
@@ -26,8 +25,9 @@ from agent_runtime.engine.messages.metadata import (
     ToolCallSpec,
     ToolResultMetadata,
 )
-from agent_runtime.engine.messages.models import NewMessage, StoredMessage, unfinished_call_row
-from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage, StoredMessage, unfinished_call_row
+from agent_runtime.engine.llm.models import LLMResponse, UnfinishedCall
 
 
 class StageOutput(BaseModel):

@@ -12,8 +12,8 @@ from pydantic import JsonValue
 
 from agent_runtime.db.outage import is_unavailable, outage_behind
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import AppError, DatabaseUnavailableError
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.lease.store import RunEnd, RunEndRequest, RunStore, StartedRun
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from agent_runtime.engine.messages.repository import INSERT_ROWS_SQL, incoming_rows_sql
+from agent_runtime.engine.conversation.repository import INSERT_ROWS_SQL, incoming_rows_sql
 from agent_runtime.engine.runs.events.repository import EVENTS_CHANNEL, LOST_RUN_SEQ
 from agent_runtime.engine.sessions.repository import SESSION_COLUMNS
 from agent_runtime.engine.usage.repository import SUMS

@@ -26,10 +26,10 @@ from decimal import Decimal
 
 from agent_runtime.engine.billing.pricing import ModelPrice, PricingTable
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.models import LLMRequest
-from agent_runtime.engine.memory.tokens import token_counter_for
 from agent_runtime.engine.runs.lease.store import RunStore, StartedRun
 from agent_runtime.settings import Settings
 

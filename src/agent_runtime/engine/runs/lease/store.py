@@ -22,10 +22,10 @@ import asyncpg
 from pydantic import BaseModel, Field, JsonValue
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.repository import SESSION_OWNED_SQL
+from agent_runtime.engine.conversation.store import MessageBatch, insert_messages
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import RunLostError, session_not_found
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.repository import SESSION_OWNED_SQL
-from agent_runtime.engine.messages.store import MessageBatch, insert_messages
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.repository import row_to_profile

@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from uuid import UUID
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, UserMessage
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.turn.history import split_turn
 
 

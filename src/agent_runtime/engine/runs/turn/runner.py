@@ -18,6 +18,11 @@ import asyncpg
 from pydantic import JsonValue
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_messages import UserMessage
+from agent_runtime.engine.conversation.run_memory import run_history
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.conversation.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.crewai.threads import FlowThreads
 from agent_runtime.engine.flow.model_call import ToolCallsPending
@@ -31,11 +36,6 @@ from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.engine.memories.extraction import EXTRACTION_STAGE, ExtractionTask
 from agent_runtime.engine.memories.models import TurnFacts
 from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.messages import UserMessage
-from agent_runtime.engine.memory.run_memory import run_history
-from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker

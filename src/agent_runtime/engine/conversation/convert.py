@@ -21,8 +21,7 @@ from typing import Literal
 import ag_ui.core as agui
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from agent_runtime.engine.memory.errors import UnrepresentableMessageError
-from agent_runtime.engine.memory.messages import (
+from agent_runtime.engine.conversation.chat_messages import (
     AssistantMessage,
     ChatMessage,
     SystemMessage,
@@ -31,7 +30,8 @@ from agent_runtime.engine.memory.messages import (
     UserMessage,
     user_text,
 )
-from agent_runtime.engine.messages.models import image_path
+from agent_runtime.engine.conversation.errors import UnrepresentableMessageError
+from agent_runtime.engine.conversation.stored_messages import image_path
 
 AguiMessage = agui.SystemMessage | agui.UserMessage | agui.AssistantMessage | agui.ToolMessage
 

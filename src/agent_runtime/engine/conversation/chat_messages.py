@@ -9,8 +9,8 @@ from uuid import uuid4
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
+from agent_runtime.engine.conversation.metadata import ImageAttachment, ToolCallSpec
 from agent_runtime.engine.llm.vision import image_marker
-from agent_runtime.engine.messages.metadata import ImageAttachment, ToolCallSpec
 
 __all__ = [
     "CHAT_MESSAGE_ADAPTER",

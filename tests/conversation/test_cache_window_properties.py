@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import User
-from tests.memory.factories import char_tokens, ids
-from tests.memory.test_memory_window_properties import answers, conversations
+from tests.conversation.factories import char_tokens, ids
+from tests.conversation.test_memory_window_properties import answers, conversations
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMemoryRepository,
     ChatMessage,
@@ -30,8 +30,8 @@ from agent_runtime.engine.memory import (
     UserMessage,
     WindowPolicy,
 )
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
-from agent_runtime.engine.memory.summary import SummaryRequest
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.conversation.summary import SummaryRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

@@ -59,7 +59,7 @@ class UserInputMetadata(_Meta):
 
 
 class SystemMetadata(_Meta):
-    """A system message kept in chat memory (not part of the seed's four kinds, see engine/memory)."""
+    """A system message kept in chat memory (not part of the seed's four kinds, see engine/conversation)."""
 
     kind: Literal["system"] = "system"
 

@@ -3,12 +3,12 @@ from __future__ import annotations
 import logging
 
 import pytest
-from tests.memory.factories import calls, ids, reply, result, sys_, user
+from tests.conversation.factories import calls, ids, reply, result, sys_, user
 
+from agent_runtime.engine.conversation import ChatMessage, WindowPolicy, apply_window, to_wire, token_counter_for
+from agent_runtime.engine.conversation.tokens import LiteLLMTokenCounter
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.tokenizer import TokenizerInfo, tokenizer_info
-from agent_runtime.engine.memory import ChatMessage, WindowPolicy, apply_window, to_wire, token_counter_for
-from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter
 
 MODEL = "deepseek/deepseek-flash"
 CONVERSATION: list[ChatMessage] = [
@@ -38,7 +38,7 @@ def test_deepseek_is_counted_with_its_own_tokenizer_offline() -> None:
 
 
 def test_a_model_without_its_own_tokenizer_falls_back_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="agent_runtime.engine.memory.tokens"):
+    with caplog.at_level(logging.INFO, logger="agent_runtime.engine.conversation.tokens"):
         counter = LiteLLMTokenCounter("demo/agent")
     assert counter.info == TokenizerInfo(model="demo/agent", tokenizer="tiktoken", exact=False)
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [

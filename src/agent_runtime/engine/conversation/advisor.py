@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_runtime.engine.memory.chat_memory import ChatMemory
-from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage
-from agent_runtime.engine.memory.window import WindowPolicy
+from agent_runtime.engine.conversation.chat_memory import ChatMemory
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, SystemMessage
+from agent_runtime.engine.conversation.window import WindowPolicy
 
 
 def build_model_input(history: Sequence[ChatMessage], prompt: Sequence[ChatMessage]) -> list[ChatMessage]:

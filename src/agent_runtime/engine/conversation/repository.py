@@ -1,4 +1,4 @@
-"""The messages domain's SQL: named statements and the row -> `StoredMessage` mapper (the convention is in
+"""The SQL of the message rows: named statements and the row -> `StoredMessage` mapper (the convention is in
 `engine/sessions/repository.py`). Every statement takes the owner (`user_id`).
 
 The append statements (here and the run store's start and finish, `engine/runs/lease/store.py`) share two
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from agent_runtime.engine.messages.metadata import METADATA_ADAPTER
-from agent_runtime.engine.messages.models import StoredMessage
+from agent_runtime.engine.conversation.metadata import METADATA_ADAPTER
+from agent_runtime.engine.conversation.stored_messages import StoredMessage
 
 COLUMNS = (
     "id, session_id, message_id, seq, role, content, metadata, input_tokens, output_tokens, cost, currency, created_at"
@@ -124,3 +124,68 @@ def row_to_message(row: asyncpg.Record) -> StoredMessage:
         currency=row["currency"],
         created_at=row["created_at"],
     )
+
+
+# The chat memory's window on PostgreSQL (`postgres.py`). Every statement takes the caller's `user_id`.
+_COLUMNS = "message_id, seq, role, content, metadata, created_at"
+# Visible and not replaced by a regeneration (`visible_sql` above).
+_VISIBLE = f"session_id = $1 AND user_id = $2 AND {visible_sql()}"
+# One statement of bounded index reads: the newest mark (primary key of agent_memory_windows); before any cut,
+# the first user message instead; the newest `$3` + 1 non-system messages from that start (one more than asked,
+# to know whether there are more; idx_messages_session_seq_display); the newest system message and, when that
+# tail has no user message, the newest user message (idx_messages_session_role_seq). The mark (or first user
+# message) comes back as a row of its own (seq = start, message_id = start id, content = summary), so a run's
+# memory costs one round trip however the window was cut.
+WINDOW_SQL = f"""
+WITH mark AS (
+    SELECT start_seq, start_message_id, summary FROM agent_memory_windows
+    WHERE session_id = $1 AND user_id = $2 ORDER BY start_seq DESC LIMIT 1
+), first_user AS (
+    SELECT seq, message_id FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role = 'user' AND NOT EXISTS (SELECT 1 FROM mark) ORDER BY seq LIMIT 1
+), tail AS (
+    SELECT {_COLUMNS} FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role <> 'system'
+      AND seq >= COALESCE((SELECT start_seq FROM mark), (SELECT seq FROM first_user), 1)
+    ORDER BY seq DESC LIMIT $3 + 1
+), sys AS (
+    SELECT {_COLUMNS} FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role = 'system' ORDER BY seq DESC LIMIT 1
+), anchor AS (
+    SELECT {_COLUMNS} FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role = 'user' AND NOT EXISTS (SELECT 1 FROM tail WHERE tail.role = 'user')
+    ORDER BY seq DESC LIMIT 1
+)
+SELECT 'system' AS part, * FROM sys UNION ALL SELECT 'anchor', * FROM anchor UNION ALL SELECT 'tail', * FROM tail
+UNION ALL
+SELECT 'mark', start_message_id, start_seq, 'system', COALESCE(summary, ''), NULL::jsonb, NULL::timestamptz FROM mark
+UNION ALL
+SELECT 'first_user', message_id, seq, 'user', '', NULL::jsonb, NULL::timestamptz FROM first_user
+ORDER BY 3
+"""
+# Stored only when the start is a visible user message after the current mark's start: marks only move forward,
+# and two processes storing the same cut store it once (the primary key).
+SAVE_MARK_SQL = """
+INSERT INTO agent_memory_windows (session_id, user_id, start_seq, start_message_id, summary)
+SELECT m.session_id, m.user_id, m.seq, m.message_id, $4 FROM agent_chat_messages m
+WHERE m.session_id = $1 AND m.user_id = $2 AND m.message_id = $3 AND m.seq > 0 AND m.role = 'user'
+  AND m.seq > COALESCE((SELECT max(w.start_seq) FROM agent_memory_windows w
+                        WHERE w.session_id = $1 AND w.user_id = $2), 0)
+ON CONFLICT DO NOTHING
+RETURNING start_seq
+"""
+BETWEEN_SQL = f"""
+SELECT {_COLUMNS} FROM agent_chat_messages
+WHERE {_VISIBLE} AND role <> 'system'
+  AND seq >= COALESCE((SELECT seq FROM agent_chat_messages WHERE {_VISIBLE} AND message_id = $3), 1)
+  AND seq < (SELECT seq FROM agent_chat_messages WHERE {_VISIBLE} AND message_id = $4)
+ORDER BY seq DESC LIMIT $5
+"""
+
+
+# The marks go too: a summary of deleted messages must not outlive them.
+DELETE_CONVERSATION_SQL = (
+    "WITH marks AS (DELETE FROM agent_memory_windows WHERE session_id = $1 AND user_id = $2), "
+    "ranges AS (DELETE FROM agent_chat_superseded WHERE session_id = $1 AND user_id = $2) "
+    "DELETE FROM agent_chat_messages WHERE session_id = $1 AND user_id = $2"
+)

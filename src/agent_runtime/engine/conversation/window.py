@@ -37,8 +37,14 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, SystemMessage, ToolMessage, UserMessage
-from agent_runtime.engine.memory.tokens import TokenCounter, token_counter_for
+from agent_runtime.engine.conversation.chat_messages import (
+    AssistantMessage,
+    ChatMessage,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
+from agent_runtime.engine.conversation.tokens import TokenCounter, token_counter_for
 from agent_runtime.settings import DEEPSEEK_DEFAULT_MODEL
 
 

@@ -5,9 +5,9 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import User
-from tests.memory.factories import char_tokens, ids
+from tests.conversation.factories import char_tokens, ids
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMessage,
     InMemoryChatMemoryRepository,
@@ -19,7 +19,7 @@ from agent_runtime.engine.memory import (
     WindowPolicy,
     apply_window,
 )
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

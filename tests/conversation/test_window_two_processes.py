@@ -12,8 +12,8 @@ from uuid import UUID
 
 from tests.conftest import User
 
-from agent_runtime.engine.memory import AssistantMessage, MessageWindowChatMemory, UserMessage, WindowPolicy
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.conversation import AssistantMessage, MessageWindowChatMemory, UserMessage, WindowPolicy
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 
@@ -22,8 +22,8 @@ _READER = textwrap.dedent(
     import asyncio, json, sys, uuid
     from agent_runtime.db.pool import create_pool
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memory import MessageWindowChatMemory, WindowPolicy
-    from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+    from agent_runtime.engine.conversation import MessageWindowChatMemory, WindowPolicy
+    from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
 
     class Summarizer:
         async def summarize(self, request):

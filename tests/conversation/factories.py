@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMessage,
     SystemMessage,

@@ -16,6 +16,17 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent_runtime.engine.conversation.chat_messages import AssistantMessage, ChatMessage, SystemMessage, UserMessage
+from agent_runtime.engine.conversation.convert import to_wire
+from agent_runtime.engine.conversation.metadata import AuditMetadata, BillingFields
+from agent_runtime.engine.conversation.stored_messages import NewMessage, unfinished_call_row
+from agent_runtime.engine.conversation.summary import (
+    ConversationSummary,
+    SummaryRequest,
+    summary_message,
+    summary_request_messages,
+)
+from agent_runtime.engine.conversation.tokens import TokenCounter
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import (
     BeforeSend,
@@ -27,17 +38,6 @@ from agent_runtime.engine.llm.models import (
     WireMessage,
 )
 from agent_runtime.engine.llm.repair import repair_text, schema_title, strip_code_fence, unusable_answer
-from agent_runtime.engine.memory.convert import to_wire
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, SystemMessage, UserMessage
-from agent_runtime.engine.memory.summary import (
-    ConversationSummary,
-    SummaryRequest,
-    summary_message,
-    summary_request_messages,
-)
-from agent_runtime.engine.memory.tokens import TokenCounter
-from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields
-from agent_runtime.engine.messages.models import NewMessage, unfinished_call_row
 
 SUMMARY_STAGE = "memory_summary"
 _CONTRACT = schema_title(ConversationSummary)

@@ -6,8 +6,7 @@ import ag_ui.core as agui
 import pytest
 from pydantic import TypeAdapter
 
-from agent_runtime.engine.llm.litellm_import import load_litellm
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMessage,
     SystemMessage,
@@ -20,6 +19,7 @@ from agent_runtime.engine.memory import (
     to_agui,
     to_wire,
 )
+from agent_runtime.engine.llm.litellm_import import load_litellm
 
 # Arguments exactly as a model may emit them: odd spacing, unicode, nesting; they must survive untouched.
 ARGS = '{"query":  "天气 上海", "filters": {"days": [1, 2]}, "note": "a \\"quoted\\" word"}'

@@ -9,8 +9,8 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from agent_runtime.engine.conversation.metadata import AuditMetadata, BillingFields, MessageMetadata
 from agent_runtime.engine.llm.models import UnfinishedCall
-from agent_runtime.engine.messages.metadata import AuditMetadata, BillingFields, MessageMetadata
 from agent_runtime.engine.money import Money
 
 Role = Literal["user", "assistant", "system", "tool"]

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from tests.memory.factories import ids, reply, sys_, user
+from tests.conversation.factories import ids, reply, sys_, user
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     ChatMessage,
     InMemoryChatMemoryRepository,
     MessageWindowChatMemory,

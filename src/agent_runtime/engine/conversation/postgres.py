@@ -2,7 +2,7 @@
 
 One repository per caller: every statement carries the caller's `user_id`, so a conversation id of
 another user reads as empty and cannot be written. Appends go through the same seq allocation as the
-rest of the engine (`messages.store.insert_messages`), so memory writes never rewrite rows and
+rest of the engine (`store.insert_messages`), so memory writes never rewrite rows and
 never lose concurrent messages.
 """
 
@@ -14,9 +14,7 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import BadRequestError, ConflictError
-from agent_runtime.engine.memory.errors import DuplicateMessageError, InvalidConversationIdError
-from agent_runtime.engine.memory.messages import (
+from agent_runtime.engine.conversation.chat_messages import (
     AssistantMessage,
     ChatMessage,
     ChatMetadata,
@@ -24,16 +22,13 @@ from agent_runtime.engine.memory.messages import (
     ToolMessage,
     UserMessage,
 )
-from agent_runtime.engine.memory.repository import (
-    BETWEEN_SQL,
-    DELETE_CONVERSATION_SQL,
-    SAVE_MARK_SQL,
-    WINDOW_SQL,
+from agent_runtime.engine.conversation.errors import DuplicateMessageError, InvalidConversationIdError
+from agent_runtime.engine.conversation.memory_repository import (
     WindowMark,
     WindowRead,
     validate_conversation_id,
 )
-from agent_runtime.engine.messages.metadata import (
+from agent_runtime.engine.conversation.metadata import (
     METADATA_ADAPTER,
     AssistantOutputMetadata,
     MessageMetadata,
@@ -42,8 +37,10 @@ from agent_runtime.engine.messages.metadata import (
     ToolResultMetadata,
     UserInputMetadata,
 )
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import insert_messages
+from agent_runtime.engine.conversation.repository import BETWEEN_SQL, DELETE_CONVERSATION_SQL, SAVE_MARK_SQL, WINDOW_SQL
+from agent_runtime.engine.conversation.store import insert_messages
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.errors import BadRequestError, ConflictError
 
 
 def to_new_message(message: ChatMessage) -> NewMessage:

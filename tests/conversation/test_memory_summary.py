@@ -9,11 +9,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.memory.factories import char_tokens
+from tests.conversation.factories import char_tokens
 
+from agent_runtime.engine.conversation.summarizer import clip_to_tokens
+from agent_runtime.engine.conversation.summary import (
+    SUMMARY_BLOCK_END,
+    SUMMARY_BLOCK_START,
+    SUMMARY_INTRO,
+    summary_message,
+)
 from agent_runtime.engine.flow.templates import TemplateConfigError, load_flow_templates
-from agent_runtime.engine.memory.summarizer import clip_to_tokens
-from agent_runtime.engine.memory.summary import SUMMARY_BLOCK_END, SUMMARY_BLOCK_START, SUMMARY_INTRO, summary_message
 from agent_runtime.resources import default_config_dir
 
 CONFIG_DIR = default_config_dir() / "crewai"

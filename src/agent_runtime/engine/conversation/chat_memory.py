@@ -8,10 +8,14 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage
-from agent_runtime.engine.memory.repository import ChatMemoryRepository, WindowMark, validate_conversation_id
-from agent_runtime.engine.memory.summary import SummaryRequest, summary_message
-from agent_runtime.engine.memory.window import WindowPolicy, plan_window
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, SystemMessage
+from agent_runtime.engine.conversation.memory_repository import (
+    ChatMemoryRepository,
+    WindowMark,
+    validate_conversation_id,
+)
+from agent_runtime.engine.conversation.summary import SummaryRequest, summary_message
+from agent_runtime.engine.conversation.window import WindowPolicy, plan_window
 
 logger = logging.getLogger(__name__)
 

@@ -17,9 +17,7 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.errors import ConflictError, NotFoundError, session_not_found
-from agent_runtime.engine.messages.models import NewMessage, StoredImage, StoredMessage
-from agent_runtime.engine.messages.repository import (
+from agent_runtime.engine.conversation.repository import (
     APPEND_SQL,
     COUNT_SUPERSEDED_SQL,
     COUNT_VISIBLE_SQL,
@@ -30,6 +28,8 @@ from agent_runtime.engine.messages.repository import (
     SESSION_OWNED_SQL,
     row_to_message,
 )
+from agent_runtime.engine.conversation.stored_messages import NewMessage, StoredImage, StoredMessage
+from agent_runtime.engine.errors import ConflictError, NotFoundError, session_not_found
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.text import storable
 

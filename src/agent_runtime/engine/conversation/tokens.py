@@ -6,7 +6,7 @@ plus 3 for the reply's priming, once per call. Counting one message at a time wo
 message, so they are taken off (`_PRIMING`): the sum over a window is then LiteLLM's count of the whole
 window less 3. Against what DeepSeek bills, the framing is the overcount: its chat template marks a message
 with one special token (`<｜User｜>`, `<｜Assistant｜>`), so a text message is counted 3-4 tokens high, a tool
-call 3 and a tool result 7 (its call id included; tests/memory/test_memory_tokens.py measures them): at most
+call 3 and a tool result 7 (its call id included; tests/conversation/test_memory_tokens.py measures them): at most
 140 of a 20-message window's 8,000 tokens, and the content itself is never undercounted.
 """
 
@@ -21,9 +21,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage
+from agent_runtime.engine.conversation.convert import to_wire
 from agent_runtime.engine.llm.tokenizer import count_tokens, tokenizer_info
-from agent_runtime.engine.memory.convert import to_wire
-from agent_runtime.engine.memory.messages import ChatMessage
 
 TokenCounter = Callable[[ChatMessage], int]
 """Tokens one message costs in the model input, its framing included (see the module docstring)."""

@@ -17,7 +17,12 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage, UserMessage, merge_consecutive_users
+from agent_runtime.engine.conversation.chat_messages import (
+    ChatMessage,
+    SystemMessage,
+    UserMessage,
+    merge_consecutive_users,
+)
 
 SUMMARY_BLOCK_START = "<<<CONVERSATION_SUMMARY_JSON"
 SUMMARY_BLOCK_END = "CONVERSATION_SUMMARY_JSON>>>"

@@ -10,13 +10,13 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_memory import MessageWindowChatMemory
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, SystemMessage
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.conversation.summarizer import ModelSummarizer, SummaryCall
+from agent_runtime.engine.conversation.window import WindowPolicy
 from agent_runtime.engine.llm.client import LLMClient
-from agent_runtime.engine.memory.chat_memory import MessageWindowChatMemory
-from agent_runtime.engine.memory.messages import ChatMessage, SystemMessage
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
-from agent_runtime.engine.memory.summarizer import ModelSummarizer, SummaryCall
-from agent_runtime.engine.memory.window import WindowPolicy
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.settings import Settings
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import User
 from tests.support.rows import stored_rows
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMessage,
     DuplicateMessageError,
@@ -24,7 +24,7 @@ from agent_runtime.engine.memory import (
     UserMessage,
     WindowPolicy,
 )
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 
@@ -112,8 +112,8 @@ _WRITER = textwrap.dedent(
     import asyncio, sys, uuid
     from agent_runtime.db.pool import create_pool
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memory import MessageWindowChatMemory, UserMessage
-    from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository
+    from agent_runtime.engine.conversation import MessageWindowChatMemory, UserMessage
+    from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository
 
     async def main() -> None:
         url, user_id, cid, tag = sys.argv[1:5]
@@ -165,7 +165,7 @@ async def test_window_read_touches_only_the_window(engine: RuntimeEngine, user: 
     for i in range(2_499):
         batch += [AssistantMessage(content=f"a{i}"), AssistantMessage(content=f"b{i}")]
     await repo.append(cid, batch)
-    from agent_runtime.engine.memory.repository import WINDOW_SQL
+    from agent_runtime.engine.conversation.repository import WINDOW_SQL
 
     async with db_pool.acquire() as conn:
         await conn.execute("ANALYZE agent_chat_messages")

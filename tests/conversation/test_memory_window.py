@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
-from tests.memory.factories import calls, char_tokens, ids, reply, result, sys_, user
+from tests.conversation.factories import calls, char_tokens, ids, reply, result, sys_, user
 
-from agent_runtime.engine.memory import ChatMessage, WindowPolicy, WindowResult, apply_window
+from agent_runtime.engine.conversation import ChatMessage, WindowPolicy, WindowResult, apply_window
 
 
 def window(messages: list[ChatMessage], max_messages: int = 20, max_tokens: int | None = None) -> WindowResult:

@@ -1,4 +1,8 @@
-"""Chat memory: what the agent remembers of a conversation, and how much of it reaches the model.
+"""A conversation: its stored message rows, and the chat memory over them (what the agent remembers of it, and
+how much of it reaches the model).
+
+The rows: `stored_messages` (`NewMessage` in, `StoredMessage` out) with typed `metadata`, their SQL
+(`repository`) and `store` (`MessageStore`, appends numbered from the session's counters).
 
 Three layers, as in Spring AI, each replaceable on its own:
 - storage: `ChatMemoryRepository` (in memory here; PostgreSQL over `agent_chat_messages`), append-only;
@@ -29,15 +33,9 @@ What we do better than Spring AI:
   drops is summarised and shown after the system message as data (`summary.py`).
 """
 
-from agent_runtime.engine.memory.advisor import build_model_input, with_memory
-from agent_runtime.engine.memory.chat_memory import ChatMemory, MemoryWindow, MessageWindowChatMemory, Summarizer
-from agent_runtime.engine.memory.convert import AguiMessage, from_agui, from_wire, to_agui, to_wire
-from agent_runtime.engine.memory.errors import (
-    DuplicateMessageError,
-    InvalidConversationIdError,
-    UnrepresentableMessageError,
-)
-from agent_runtime.engine.memory.messages import (
+from agent_runtime.engine.conversation.advisor import build_model_input, with_memory
+from agent_runtime.engine.conversation.chat_memory import ChatMemory, MemoryWindow, MessageWindowChatMemory, Summarizer
+from agent_runtime.engine.conversation.chat_messages import (
     CHAT_MESSAGE_ADAPTER,
     AssistantMessage,
     ChatMessage,
@@ -47,7 +45,13 @@ from agent_runtime.engine.memory.messages import (
     ToolMessage,
     UserMessage,
 )
-from agent_runtime.engine.memory.repository import (
+from agent_runtime.engine.conversation.convert import AguiMessage, from_agui, from_wire, to_agui, to_wire
+from agent_runtime.engine.conversation.errors import (
+    DuplicateMessageError,
+    InvalidConversationIdError,
+    UnrepresentableMessageError,
+)
+from agent_runtime.engine.conversation.memory_repository import (
     ChatMemoryRepository,
     InMemoryChatMemoryRepository,
     WindowMark,
@@ -55,9 +59,9 @@ from agent_runtime.engine.memory.repository import (
     bounded_tail,
     validate_conversation_id,
 )
-from agent_runtime.engine.memory.summary import SummaryRequest
-from agent_runtime.engine.memory.tokens import LiteLLMTokenCounter, TokenCounter, token_counter_for
-from agent_runtime.engine.memory.window import WindowPlan, WindowPolicy, WindowResult, apply_window, plan_window
+from agent_runtime.engine.conversation.summary import SummaryRequest
+from agent_runtime.engine.conversation.tokens import LiteLLMTokenCounter, TokenCounter, token_counter_for
+from agent_runtime.engine.conversation.window import WindowPlan, WindowPolicy, WindowResult, apply_window, plan_window
 
 __all__ = [
     "CHAT_MESSAGE_ADAPTER",

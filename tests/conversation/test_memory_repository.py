@@ -4,10 +4,9 @@ import asyncio
 from collections.abc import Awaitable
 
 import pytest
-from tests.memory.factories import calls, ids, reply, result, sys_, user
+from tests.conversation.factories import calls, ids, reply, result, sys_, user
 
-from agent_runtime.engine.errors import BadRequestError
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     AssistantMessage,
     ChatMessage,
     DuplicateMessageError,
@@ -16,6 +15,7 @@ from agent_runtime.engine.memory import (
     UserMessage,
     WindowRead,
 )
+from agent_runtime.engine.errors import BadRequestError
 
 
 def _yield() -> Awaitable[None]:

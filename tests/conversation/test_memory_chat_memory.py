@@ -5,9 +5,9 @@ import logging
 from collections.abc import Sequence
 
 import pytest
-from tests.memory.factories import char_tokens, ids, reply, sys_, user
+from tests.conversation.factories import char_tokens, ids, reply, sys_, user
 
-from agent_runtime.engine.memory import (
+from agent_runtime.engine.conversation import (
     ChatMessage,
     InMemoryChatMemoryRepository,
     InvalidConversationIdError,
@@ -92,7 +92,7 @@ async def test_clear_forgets_the_conversation() -> None:
 async def test_over_budget_window_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     memory = MessageWindowChatMemory(InMemoryChatMemoryRepository(), WindowPolicy(max_messages=1))
     await memory.add("c1", [sys_("s1"), user("u1")])
-    with caplog.at_level(logging.WARNING, logger="agent_runtime.engine.memory"):
+    with caplog.at_level(logging.WARNING, logger="agent_runtime.engine.conversation"):
         assert ids(await memory.get("c1")) == ["s1", "u1"]
     assert [(r.getMessage(), getattr(r, "conversation_id", None)) for r in caplog.records] == [
         ("chat memory window over budget", "c1")
