@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("db",),
     ("engine.llm", "engine.profiles"),
     ("engine.conversation", "engine.sessions", "engine.usage"),
-    ("engine.memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (messages)
+    ("engine.user_memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (conversation)
     ("engine.flow",),
     # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
     # and the AG-UI edge; `engine.runs` itself (service, job, warm-up) composes them.

@@ -222,7 +222,7 @@ def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
 
 def _stage(request: RecordedRequest) -> str:
     """As the flow writes it (engine/flow/prompt.py): a stage request names its stage; the user's turn is intent.
-    The long-term memory extraction (engine/memories/extraction.py) is its own task, named by its contract."""
+    The long-term memory extraction (engine/user_memories/extraction.py) is its own task, named by its contract."""
     if any(m.get("role") == "system" and "MemoryExtraction" in str(m.get("content")) for m in request.messages):
         return "extraction"
     last = _user_texts(request.messages)[-1]

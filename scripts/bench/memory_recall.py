@@ -119,7 +119,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     from agent_runtime.api.app import create_app
     from agent_runtime.engine.auth import mint_token
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memories.block import recall_block
+    from agent_runtime.engine.user_memories.block import recall_block
     from agent_runtime.settings import Settings
 
     settings = Settings(
@@ -251,7 +251,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     import asyncpg
 
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memories.embeddings import LocalEmbedder, vector_literal
+    from agent_runtime.engine.user_memories.embeddings import LocalEmbedder, vector_literal
 
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     embedder = LocalEmbedder()
@@ -285,7 +285,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         emb = await embedder.embed([q], "query")
         t1 = time.perf_counter()
-        from agent_runtime.engine.memories.repository import RECALL_SQL
+        from agent_runtime.engine.user_memories.repository import RECALL_SQL
 
         await pool.fetch(RECALL_SQL, ctx.user_id, vector_literal(emb.vectors[0]), embedder.model, 5, None)
         t2 = time.perf_counter()

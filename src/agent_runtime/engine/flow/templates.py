@@ -46,8 +46,8 @@ from agent_runtime.engine.conversation.summary import schema_text as summary_sch
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.llm.models import CallOptions
-from agent_runtime.engine.memories.extraction import schema_text as extraction_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
+from agent_runtime.engine.user_memories.extraction import schema_text as extraction_schema_text
 from agent_runtime.settings import DEMO_MODEL, Settings
 
 AGENTS_FILE = "agents.yaml"

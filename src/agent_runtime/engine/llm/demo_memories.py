@@ -1,6 +1,6 @@
 """The demo model's long-term memory: deterministic extraction (a few English and Chinese patterns) and the
 recalled-memories block read back, so that its answers say what was recalled. The markers are the ones
-engine/memories/block.py and extraction.py write (llm must not import memories: a test pins them equal).
+engine/user_memories/block.py and extraction.py write (llm must not import memories: a test pins them equal).
 """
 
 from __future__ import annotations

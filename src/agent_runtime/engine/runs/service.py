@@ -24,7 +24,6 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
-from agent_runtime.engine.memories.service import MemoryService
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.agui.input import read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
@@ -53,6 +52,7 @@ from agent_runtime.engine.runs.request.turn_input import (
 )
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
+from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 

@@ -33,9 +33,6 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
 from agent_runtime.engine.llm.vision import image_models
-from agent_runtime.engine.memories.extraction import EXTRACTION_STAGE, ExtractionTask
-from agent_runtime.engine.memories.models import TurnFacts
-from agent_runtime.engine.memories.service import MemoryService
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
@@ -50,6 +47,9 @@ from agent_runtime.engine.runs.turn.resume import run_decisions
 from agent_runtime.engine.runs.turn.suspension import intent_of, suspension
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.usage.models import UsageTotals
+from agent_runtime.engine.user_memories.extraction import EXTRACTION_STAGE, ExtractionTask
+from agent_runtime.engine.user_memories.models import TurnFacts
+from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.settings import Settings
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from agent_runtime.engine.memories.models import Memory, RecalledMemory
+from agent_runtime.engine.user_memories.models import Memory, RecalledMemory
 
 MEMORY_COLUMNS = "id, text, source_message_ids, source_session_id, created_at, updated_at"
 

@@ -14,8 +14,8 @@ from tests.flow.test_prompt import HOSTILE, INJECTION
 from tests.runs.conftest import Harness, MakeHarness, make_harness, text_messages
 
 from agent_runtime.engine.llm import demo_memories
-from agent_runtime.engine.memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
-from agent_runtime.engine.memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
+from agent_runtime.engine.user_memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
+from agent_runtime.engine.user_memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
 
 __all__ = ["make_harness"]  # the fixture, shared with tests/runs/
 

@@ -22,12 +22,17 @@ from agent_runtime.engine.conversation.store import insert_messages
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.embeddings import embed_with_provider
-from agent_runtime.engine.memories.block import recall_block
-from agent_runtime.engine.memories.embeddings import LOCAL_MODEL, Embedder, LiteLLMEmbedder, LocalEmbedder
-from agent_runtime.engine.memories.extraction import ExtractionTask, MemoryExtractor, embedding_rows, worth_extracting
-from agent_runtime.engine.memories.models import MemoryPage, RecalledMemory, TurnFacts
-from agent_runtime.engine.memories.store import MemoryStore
 from agent_runtime.engine.profiles.models import ProfileSettingsV1, ProfileSettingsV2
+from agent_runtime.engine.user_memories.block import recall_block
+from agent_runtime.engine.user_memories.embeddings import LOCAL_MODEL, Embedder, LiteLLMEmbedder, LocalEmbedder
+from agent_runtime.engine.user_memories.extraction import (
+    ExtractionTask,
+    MemoryExtractor,
+    embedding_rows,
+    worth_extracting,
+)
+from agent_runtime.engine.user_memories.models import MemoryPage, RecalledMemory, TurnFacts
+from agent_runtime.engine.user_memories.store import MemoryStore
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from tests.runs.conftest import Harness, MakeHarness, intent_direct, make_harnes
 from tests.stubs.deepseek_stub import RecordedRequest, StubFault, StubReply
 
 from agent_runtime.engine.llm.embeddings import ProviderEmbeddings
-from agent_runtime.engine.memories.embeddings import LiteLLMEmbedder
+from agent_runtime.engine.user_memories.embeddings import LiteLLMEmbedder
 
 __all__ = ["make_harness"]
 
@@ -133,7 +133,7 @@ async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
 async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> None:
     import threading
 
-    from agent_runtime.engine.memories.embeddings import LocalEmbedder
+    from agent_runtime.engine.user_memories.embeddings import LocalEmbedder
 
     embedder = LocalEmbedder(threads=1)
     try:

@@ -10,9 +10,9 @@ import asyncpg
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import NotFoundError
-from agent_runtime.engine.memories.embeddings import Embedder, Embeddings, vector_literal
-from agent_runtime.engine.memories.models import Memory, MemoryPage, RecalledMemory
-from agent_runtime.engine.memories.repository import (
+from agent_runtime.engine.user_memories.embeddings import Embedder, Embeddings, vector_literal
+from agent_runtime.engine.user_memories.models import Memory, MemoryPage, RecalledMemory
+from agent_runtime.engine.user_memories.repository import (
     COUNT_SQL,
     DELETE_ALL_SQL,
     DELETE_SQL,

@@ -26,9 +26,9 @@ from agent_runtime.engine.conversation.stored_messages import NewMessage, unfini
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import CallOptions, LLMRequest, LLMResponse, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.repair import repair_text, strip_code_fence, unusable_answer
-from agent_runtime.engine.memories.block import clean_fact, escaped_json_object
-from agent_runtime.engine.memories.models import MemoryExtraction, RecalledMemory, TurnFacts
-from agent_runtime.engine.memories.store import MemoryStore
+from agent_runtime.engine.user_memories.block import clean_fact, escaped_json_object
+from agent_runtime.engine.user_memories.models import MemoryExtraction, RecalledMemory, TurnFacts
+from agent_runtime.engine.user_memories.store import MemoryStore
 
 log = logging.getLogger(__name__)
 
