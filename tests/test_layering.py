@@ -27,10 +27,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine.conversation", "engine.sessions", "engine.usage"),
     ("engine.user_memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (conversation)
     ("engine.flow",),
-    # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
-    # and the AG-UI edge; `engine.runs` itself (service, job, warm-up) composes them.
+    # The run engine's rooms: the events of a run, what a run takes in and its records (start, finish, holds,
+    # leases), one model call, one turn and the AG-UI edge; `engine.runs` itself (service, job, admission, warm-up)
+    # composes them.
     ("engine.runs.events",),
-    ("engine.runs.request", "engine.runs.lease"),
+    ("engine.runs.request", "engine.runs.ledger"),
     ("engine.runs.gateway",),
     ("engine.runs.turn", "engine.runs.agui"),
     ("engine.runs",),

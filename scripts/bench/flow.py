@@ -359,7 +359,7 @@ BREAKDOWN_TARGETS = (
         "flush_tool_results",
         "flow > RunRecorder.flush_tool_results",
     ),
-    ("agent_runtime.engine.runs.lease.store", "RunStore", "finish", "RunStore.finish"),
+    ("agent_runtime.engine.runs.ledger.store", "RunStore", "finish", "RunStore.finish"),
 )
 
 

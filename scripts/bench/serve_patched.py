@@ -25,7 +25,7 @@ from prometheus_client import Counter
 from agent_runtime import cli
 from agent_runtime.engine.runs.events.log import EventBatch
 from agent_runtime.engine.runs.events.store import EventStore
-from agent_runtime.engine.runs.lease.store import RunStore
+from agent_runtime.engine.runs.ledger.store import RunStore
 
 STATEMENTS = Counter("bench_sql_statements", "SQL statements sent, by kind (benchmark probe).", ["kind"])
 # The lease keeper's statements first: the sweep and the log repair insert into agent_run_events too.

@@ -22,7 +22,7 @@ from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
 from agent_runtime.engine.runs.agui.mapper import log_endings
-from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
 from agent_runtime.engine.sessions.repository import INSERT_SQL

@@ -12,7 +12,7 @@ from tests.conftest import User
 
 from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata, UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
-from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.ledger.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

@@ -12,7 +12,7 @@ from tests.support.rows import stored_rows
 from agent_runtime.engine.conversation.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import ConflictError, NotFoundError
-from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.ledger.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

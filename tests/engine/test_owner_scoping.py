@@ -23,7 +23,7 @@ from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import NotFoundError
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileUpdate
-from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.ledger.store import RunEndRequest
 from agent_runtime.engine.runs.request.pending import PendingStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionUpdate

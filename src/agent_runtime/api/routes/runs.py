@@ -17,7 +17,7 @@ from agent_runtime.engine.runs.agui.capabilities import agent_capabilities
 from agent_runtime.engine.runs.agui.input import AguiRunInput
 from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
-from agent_runtime.engine.runs.lease.store import RunSummary
+from agent_runtime.engine.runs.ledger.store import RunSummary
 from agent_runtime.engine.runs.request.models import (
     LAST_EVENT_ID_PATTERN,
     RunCancel,

@@ -1,7 +1,7 @@
 """The SQL of the message rows: named statements and the row -> `StoredMessage` mapper (the convention is in
 `engine/sessions/repository.py`). Every statement takes the owner (`user_id`).
 
-The append statements (here and the run store's start and finish, `engine/runs/lease/store.py`) share two
+The append statements (here and the run store's start and finish, `engine/runs/ledger/store.py`) share two
 fragments: `incoming_rows_sql` (the new rows as `unnest`ed arrays, bound by `store.MessageBatch`) and
 `INSERT_ROWS_SQL` (their insert, numbered from the session's counters).
 """

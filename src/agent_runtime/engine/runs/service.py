@@ -25,6 +25,7 @@ from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.runs.admission import Admission
 from agent_runtime.engine.runs.agui.input import read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
@@ -34,11 +35,10 @@ from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.events.store import EventStore
 from agent_runtime.engine.runs.gateway.recorder import RunRecorder
 from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
-from agent_runtime.engine.runs.lease.admission import Admission
-from agent_runtime.engine.runs.lease.finish import CANCELLED, RunEnding, RunFailure
-from agent_runtime.engine.runs.lease.keeper import LeaseKeeper
-from agent_runtime.engine.runs.lease.reservation import RunHold, RunReservation
-from agent_runtime.engine.runs.lease.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.ledger.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
+from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState

@@ -68,7 +68,7 @@ from agent_runtime.engine.runs.events.types import (
     ToolCallRequested,
     ToolResultReady,
 )
-from agent_runtime.engine.runs.lease.repository import (
+from agent_runtime.engine.runs.ledger.repository import (
     ERROR_CODE_SLOT,
     ERROR_ID_SLOT,
     RUN_ID_SLOT,

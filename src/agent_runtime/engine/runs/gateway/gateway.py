@@ -77,7 +77,7 @@ class RunGateway:
     call them (`tool_choice` "none" elsewhere, and in its repair calls). `stops_at`: tool names the run never runs
     on the model's word alone (approval and frontend tools); a reply calling one ends the run waiting
     (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py). `hold`: awaited
-    before each call is sent, it grows the run's budget hold (engine/runs/lease/reservation.py) or raises."""
+    before each call is sent, it grows the run's budget hold (engine/runs/ledger/reservation.py) or raises."""
 
     def __init__(
         self,

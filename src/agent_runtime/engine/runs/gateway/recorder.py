@@ -6,7 +6,7 @@ Every model call is recorded on exactly one row, so SQL sums never double count:
   assistant reply (seq > 0); the raw stage JSON is kept beside it as an audit row without usage;
 - every other stage output (intent, execution, rejected attempts) -> an audit row (seq < 0).
 JSON outputs wait until the run ends (only then is it known which attempt was valid and which route
-was taken) and are written with the run's status in one statement (`engine/runs/lease/store.py`); on failure they are
+was taken) and are written with the run's status in one statement (`engine/runs/ledger/store.py`); on failure they are
 all written as audit rows, so a failed run still bills what it used.
 """
 

@@ -160,7 +160,7 @@ WITH c AS (
 SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost_source'
 """
 
-# A run's hold grows (engine/runs/lease/reservation.py); the trigger refuses it (AR402) when the budget has no room.
+# A run's hold grows (engine/runs/ledger/reservation.py); the trigger refuses it (AR402) when the budget has no room.
 GROW_HOLD_SQL = """
 UPDATE agent_chat_sessions SET run_reserved_cny = run_reserved_cny + $4
  WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'

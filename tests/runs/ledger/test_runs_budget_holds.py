@@ -1,4 +1,4 @@
-"""Budgets as reservations (migrations/0009, engine/runs/lease/reservation.py): a run is admitted only if its
+"""Budgets as reservations (migrations/0009, engine/runs/ledger/reservation.py): a run is admitted only if its
 first hold fits beside what the user spent and what their runs in progress hold; the hold shows in GET /v1/usage
 while the run runs and is settled to the stored costs when it ends; a hold that must grow past the budget ends
 the run with `budget_exceeded` before the call is sent; a run whose process died is charged its hold less what it
@@ -21,8 +21,8 @@ from tests.stubs.deepseek_stub import StubReply
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
-from agent_runtime.engine.runs.lease.reservation import RunReservation
-from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.reservation import RunReservation
+from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
 
 EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
 

@@ -21,7 +21,7 @@ from tests.runs.conftest import (
     wait_for_model_call,
 )
 
-from agent_runtime.engine.runs.lease.store import RunStore
+from agent_runtime.engine.runs.ledger.store import RunStore
 
 INTERRUPTED = "the server shut down before the run finished"
 

@@ -16,7 +16,7 @@ from tests.runs.conftest import MakeHarness, intent_direct, run_error_id, types,
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
-from agent_runtime.engine.runs.lease.store import RunStore
+from agent_runtime.engine.runs.ledger.store import RunStore
 
 EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
 EXPIRE_SOON = "UPDATE agent_chat_sessions SET lease_expires_at = now() + interval '0.5 second' WHERE id = $1"

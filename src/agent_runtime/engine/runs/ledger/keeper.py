@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from agent_runtime.db.outage import is_unavailable
-from agent_runtime.engine.runs.lease.store import HeldRun, RunStore
+from agent_runtime.engine.runs.ledger.store import HeldRun, RunStore
 
 log = logging.getLogger(__name__)
 

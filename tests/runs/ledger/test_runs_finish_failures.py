@@ -12,7 +12,7 @@ from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, intent_direct, run_error_id, types, warm_up
 from tests.support.serve import poll_until
 
-from agent_runtime.engine.runs.lease.store import RunEnd, RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunEndRequest, RunStore
 
 
 def failing_finish(monkeypatch: pytest.MonkeyPatch, failures: int | None) -> list[str]:

@@ -30,7 +30,7 @@ from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.models import LLMRequest
-from agent_runtime.engine.runs.lease.store import RunStore, StartedRun
+from agent_runtime.engine.runs.ledger.store import RunStore, StartedRun
 from agent_runtime.settings import Settings
 
 _PER_MILLION = Decimal(1_000_000)

@@ -31,7 +31,7 @@ from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.repository import row_to_profile
 from agent_runtime.engine.profiles.service import default_profile
 from agent_runtime.engine.quotas import quota_error
-from agent_runtime.engine.runs.lease.repository import (
+from agent_runtime.engine.runs.ledger.repository import (
     COUNT_SQL,
     EXPIRE_SQL,
     FINISH_SQL,

@@ -14,7 +14,7 @@ from agent_runtime.db.outage import is_unavailable, outage_behind
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import AppError, DatabaseUnavailableError
-from agent_runtime.engine.runs.lease.store import RunEnd, RunEndRequest, RunStore, StartedRun
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunEndRequest, RunStore, StartedRun
 
 log = logging.getLogger(__name__)
 
