@@ -13,7 +13,7 @@ from tests.conftest import User
 from tests.flow.test_prompt import HOSTILE, INJECTION
 from tests.runs.conftest import Harness, MakeHarness, make_harness, text_messages
 
-from agent_runtime.engine.llm import demo_memories
+from agent_runtime.engine.llm.demo import memories as demo_memories
 from agent_runtime.engine.user_memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
 from agent_runtime.engine.user_memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import TypeAdapter
 
-from agent_runtime.engine.llm.demo_stages import DemoAnswer, demo_answer
+from agent_runtime.engine.llm.demo.stages import DemoAnswer, demo_answer
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import ToolSchema, WireMessage
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent_runtime.engine.llm.demo_memories import (
+from agent_runtime.engine.llm.demo.memories import (
     EXTRACTION_TITLE,
     extraction_answer,
     forget_request,
