@@ -126,3 +126,60 @@ def test_an_upward_or_sideways_import_is_reported() -> None:
     ]
     downward = "from agent_runtime.engine.errors import AppError\nfrom . import pricing\nfrom ..text import storable\n"
     assert upward_imports(downward, "engine.billing.models") == []
+
+
+# The run engine's one public face: routes call `RunService` (`engine.runs`), never the stores it builds.
+ROUTES = PACKAGE / "api" / "routes"
+RUN_SERVICE = PACKAGE / "engine" / "runs" / "service.py"
+STORE_CLASS_SUFFIXES = ("Store", "Keeper", "Hub", "Service")
+
+
+def run_service_stores(source: str) -> set[str]:
+    """The attributes `RunService.__init__` sets to a store, keeper, hub or service it builds (`self.store =
+    RunStore(...)`)."""
+    service = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "RunService")
+    init = next(n for n in service.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return {
+        target.attr
+        for node in ast.walk(init)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id.endswith(STORE_CLASS_SUFFIXES)
+        for target in node.targets
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+    }
+
+
+def store_reaches(source: str, stores: set[str]) -> list[str]:
+    """Each `<...>.runs.<store>` in `source`, with its line."""
+    return sorted(
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr in stores
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "runs"
+    )
+
+
+def test_routes_call_the_run_service_not_its_stores() -> None:
+    stores = run_service_stores(RUN_SERVICE.read_text(encoding="utf-8"))
+    assert stores  # the service's stores were found
+    routes = sorted(ROUTES.glob("*.py"))
+    assert len(routes) > 5
+    found = [f"{path.name} {reach}" for path in routes for reach in store_reaches(path.read_text("utf-8"), stores)]
+    assert found == []
+
+
+def test_a_route_reaching_into_a_run_store_is_reported() -> None:
+    service = (
+        "class RunService:\n    def __init__(self, pool):\n        self.store = RunStore(pool)\n"
+        "        self.admission = Admission(4)\n        self._jobs = {}\n"
+    )
+    assert run_service_stores(service) == {"store"}
+    route = (
+        "async def f(engine, ctx):\n    await engine.runs.list_runs(ctx)\n"
+        "    return await engine.runs.store.list_for_session(ctx)\n"
+    )
+    assert store_reaches(route, {"store"}) == ["line 3: engine.runs.store"]

@@ -110,7 +110,7 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
 )
 async def list_runs(session_id: UUID, engine: Engine, ctx: Caller, page: Paging) -> Page[RunSummary]:
     """The session's runs, newest first: status, and for a failed run its error code and error_id."""
-    return await engine.runs.store.list_for_session(ctx, session_id, limit=page.limit, offset=page.offset)
+    return await engine.runs.list_runs(ctx, session_id, limit=page.limit, offset=page.offset)
 
 
 @router.get(

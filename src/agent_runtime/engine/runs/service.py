@@ -24,6 +24,7 @@ from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import engine_tools
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.admission import Admission
 from agent_runtime.engine.runs.agui.input import read_agui_input
@@ -38,7 +39,7 @@ from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_ow
 from agent_runtime.engine.runs.ledger.finish import CANCELLED, RunEnding, RunFailure
 from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
 from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
-from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
@@ -351,6 +352,10 @@ class RunService:
         # Here at once when it runs here; elsewhere its process hears the NOTIFY (or its next heartbeat).
         self._cancel_requested({run_id})
         return status
+
+    async def list_runs(self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int) -> Page[RunSummary]:
+        """The session's runs, newest first (404 for a session that is missing or someone else's)."""
+        return await self.store.list_for_session(ctx, session_id, limit=limit, offset=offset)
 
     def _cancel_requested(self, run_ids: set[UUID] | UUID) -> None:
         for job in [self._jobs.get(i) for i in (run_ids if isinstance(run_ids, set) else {run_ids})]:
