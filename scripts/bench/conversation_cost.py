@@ -264,9 +264,9 @@ def respond(request: RecordedRequest) -> StubReply:
         operations = [{"action": "add", "fact": fact}] if topic is not None and topic not in known else []
         return StubReply(content=json.dumps({"operations": operations}, ensure_ascii=False), reasoning_content=thought)
     if stage == "summary":
-        said = [t[:80] for t in _user_texts(messages)[:-1] if not t.startswith(("Stage: ", REPAIR))]
+        asked = [t[:80] for t in _user_texts(messages)[:-1] if not t.startswith(("Stage: ", REPAIR))]
         lead = "用户之前问过：" if lang == "zh" else "Earlier the user asked about: "
-        summary = json.dumps({"summary": lead + " | ".join(said)[-900:]}, ensure_ascii=False)
+        summary = json.dumps({"summary": lead + " | ".join(asked)[-900:]}, ensure_ascii=False)
         return StubReply(content=summary, reasoning_content=thought)
     if stage == "intent":
         if "calculate" in words or "计算" in words:
@@ -527,7 +527,7 @@ async def measure(
 
     results: list[Conversation] = []
     async with configuration.stub(api_key=API_KEY, responder=respond) as stub:
-        settings = Settings(  # type: ignore[call-arg]
+        settings = Settings(
             _env_file=None,
             environment="test",
             database_url=dsn,

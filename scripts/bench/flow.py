@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from multiprocessing.connection import Connection
@@ -87,14 +87,14 @@ MODEL_CALLS_FULL = 4
 
 # -- the stub (child process) ---------------------------------------------------------------------------
 
-INTENT_SHORT = {
+INTENT_SHORT: dict[str, Any] = {
     "route": "DIRECT_EXECUTION",
     "assistant_text": "Hi! I'm doing well, thanks for asking. What would you like to do today?",
     "intent_summary": "The user greets the assistant and asks how it is.",
     "execution_brief": None,
     "safety_flags": [],
 }
-INTENT_FULL = {
+INTENT_FULL: dict[str, Any] = {
     "route": "NEEDS_EXECUTION",
     "assistant_text": None,
     "intent_summary": "The user wants (17.5 * 4 + 3) / 7 computed exactly.",
@@ -363,7 +363,7 @@ BREAKDOWN_TARGETS = (
 )
 
 
-def instrument(spent: Counter[str], calls: Counter[str]) -> None:
+def instrument(spent: defaultdict[str, float], calls: Counter[str]) -> None:
     """Wrap the coroutines above to add up the process CPU spent inside each (diagnostic; after the tables)."""
     import importlib
 
@@ -386,7 +386,7 @@ def instrument(spent: Counter[str], calls: Counter[str]) -> None:
 
 
 async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, history: int) -> None:
-    spent: Counter[str] = Counter()
+    spent: defaultdict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
     instrument(spent, calls)
     labels = [label for *_, label in BREAKDOWN_TARGETS]
@@ -414,7 +414,11 @@ async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, histo
             count = columns[kind].get(f"calls {label}")
             cells.append(f"{columns[kind][label]:.1f}" + (f" ({count:g}x)" if count else ""))
         rows.append(cells)
-    llm = ("flow > LLMClient.complete_streaming", "flow > LLMClient.complete", "flow > RunRecorder.tool_calls")
+    llm: tuple[str, ...] = (
+        "flow > LLMClient.complete_streaming",
+        "flow > LLMClient.complete",
+        "flow > RunRecorder.tool_calls",
+    )
     llm += ("flow > RunRecorder.flush_tool_results",)
     rest = [f"{c['run_agent_flow (all stages)'] - sum(c[k] for k in llm):.1f}" for c in columns.values()]
     rows.append(["run_agent_flow minus its LLM calls and rows (CrewAI, gateway, tool)", *rest])
@@ -521,7 +525,7 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
     from agent_runtime.engine.runtime import open_engine
     from agent_runtime.settings import Settings
 
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         environment="test",
         database_url=dsn,

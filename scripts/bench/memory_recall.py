@@ -32,7 +32,7 @@ from tests.runs.conftest import parse_sse, text_messages  # noqa: E402
 from tests.support.database import LOCAL_SERVER, PgServer, create_database, drop_database, find_server  # noqa: E402
 
 # (plant session, update session, deleted-fact session, questions: (question, target, stale texts)).
-EN = {
+EN: dict[str, Any] = {
     "plant": "Hi! My name is {name}. I live in {city}. I work as a {job}. I am allergic to {allergen}.",
     "plant2": "My favourite food is {food}. My dog is called {pet}.",
     "update": "I moved to {city2}.",
@@ -45,7 +45,7 @@ EN = {
         ("What is my dog's name?", None, ["The user's dog is called {pet}."]),
     ],
 }
-ZH = {
+ZH: dict[str, Any] = {
     "plant": "你好！我叫{name}，我住在{city}。我是一名{job}。我对{allergen}过敏。",
     "plant2": "我最喜欢的食物是{food}。我的狗叫{pet}。",
     "update": "我搬到了{city2}。",
@@ -123,7 +123,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     from agent_runtime.settings import Settings
 
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         environment="test",
         database_url=dsn,
         llm_model=None,

@@ -68,8 +68,8 @@ def count_statements() -> None:
         STATEMENTS.labels(kind_of(query)).inc()
         return await execute_params(self, query, *args, **kwargs)
 
-    asyncpg.Connection.execute = counting_execute  # type: ignore[method-assign]
-    asyncpg.Connection._execute = counting_execute_params  # type: ignore[method-assign]
+    asyncpg.Connection.execute = counting_execute
+    asyncpg.Connection._execute = counting_execute_params
 
 
 async def _no_write(self: EventStore, batch: EventBatch) -> None:
