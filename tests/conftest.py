@@ -67,7 +67,7 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         data_dir=tmp_path_factory.mktemp("data"),
         jwt_secret=TEST_JWT_SECRET,  # type: ignore[arg-type]
         # Long-term memories add a model call after each turn and a recall before it: the suite's scripted stubs
-        # and statement counts assume none, so tests/memories/ turns them on where they are the subject.
+        # and statement counts assume none, so tests/user_memories/ turns them on where they are the subject.
         user_memories_enabled=False,
     )
 

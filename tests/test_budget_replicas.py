@@ -24,7 +24,7 @@ from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, usage
 from tests.stubs.deepseek_stub import DeepSeekStub
 from tests.support.serve import ServeProcess, start_serve
 
-from agent_runtime.engine.runs.lease.reservation import RunReservation
+from agent_runtime.engine.runs.ledger.reservation import RunReservation
 from agent_runtime.engine.runtime import load_config
 from agent_runtime.settings import Settings
 

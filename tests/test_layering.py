@@ -24,14 +24,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("observability",),  # a model call's metrics take billing's CostBreakdown
     ("db",),
     ("engine.llm", "engine.profiles"),
-    ("engine.messages", "engine.sessions"),
-    ("engine.memory", "engine.usage"),
-    ("engine.memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (messages)
+    ("engine.conversation", "engine.sessions", "engine.usage"),
+    ("engine.user_memories",),  # long-term memories: the model (llm), profiles' setting, audit rows (conversation)
     ("engine.flow",),
-    # The run engine's rooms: the events of a run, what a run takes in and who holds it, one model call, one turn
-    # and the AG-UI edge; `engine.runs` itself (service, job, warm-up) composes them.
+    # The run engine's rooms: the events of a run, what a run takes in and its records (start, finish, holds,
+    # leases), one model call, one turn and the AG-UI edge; `engine.runs` itself (service, job, admission, warm-up)
+    # composes them.
     ("engine.runs.events",),
-    ("engine.runs.request", "engine.runs.lease"),
+    ("engine.runs.request", "engine.runs.ledger"),
     ("engine.runs.gateway",),
     ("engine.runs.turn", "engine.runs.agui"),
     ("engine.runs",),
@@ -113,16 +113,73 @@ def test_every_engine_package_has_its_own_layer() -> None:
 
 
 def test_an_upward_or_sideways_import_is_reported() -> None:
-    upward = "from agent_runtime.engine.messages.metadata import CostSource\n"
+    upward = "from agent_runtime.engine.conversation.metadata import CostSource\n"
     assert upward_imports(upward, "engine.billing.models") == [
-        "engine.billing.models (engine.billing) imports engine.messages.metadata.CostSource (engine.messages)"
+        "engine.billing.models (engine.billing) imports engine.conversation.metadata.CostSource (engine.conversation)"
     ]
     sideways = "def f():\n    from agent_runtime.engine import sessions\n"
-    assert upward_imports(sideways, "engine.messages.store") == [
-        "engine.messages.store (engine.messages) imports engine.sessions (engine.sessions)"
+    assert upward_imports(sideways, "engine.conversation.store") == [
+        "engine.conversation.store (engine.conversation) imports engine.sessions (engine.sessions)"
     ]
     assert upward_imports("from ..runs import store\n", "engine.billing.models") == [
         "engine.billing.models (engine.billing) imports engine.runs.store (engine.runs)"
     ]
     downward = "from agent_runtime.engine.errors import AppError\nfrom . import pricing\nfrom ..text import storable\n"
     assert upward_imports(downward, "engine.billing.models") == []
+
+
+# The run engine's one public face: routes call `RunService` (`engine.runs`), never the stores it builds.
+ROUTES = PACKAGE / "api" / "routes"
+RUN_SERVICE = PACKAGE / "engine" / "runs" / "service.py"
+STORE_CLASS_SUFFIXES = ("Store", "Keeper", "Hub", "Service")
+
+
+def run_service_stores(source: str) -> set[str]:
+    """The attributes `RunService.__init__` sets to a store, keeper, hub or service it builds (`self.store =
+    RunStore(...)`)."""
+    service = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "RunService")
+    init = next(n for n in service.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    return {
+        target.attr
+        for node in ast.walk(init)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id.endswith(STORE_CLASS_SUFFIXES)
+        for target in node.targets
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"
+    }
+
+
+def store_reaches(source: str, stores: set[str]) -> list[str]:
+    """Each `<...>.runs.<store>` in `source`, with its line."""
+    return sorted(
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr in stores
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "runs"
+    )
+
+
+def test_routes_call_the_run_service_not_its_stores() -> None:
+    stores = run_service_stores(RUN_SERVICE.read_text(encoding="utf-8"))
+    assert stores  # the service's stores were found
+    routes = sorted(ROUTES.glob("*.py"))
+    assert len(routes) > 5
+    found = [f"{path.name} {reach}" for path in routes for reach in store_reaches(path.read_text("utf-8"), stores)]
+    assert found == []
+
+
+def test_a_route_reaching_into_a_run_store_is_reported() -> None:
+    service = (
+        "class RunService:\n    def __init__(self, pool):\n        self.store = RunStore(pool)\n"
+        "        self.admission = Admission(4)\n        self._jobs = {}\n"
+    )
+    assert run_service_stores(service) == {"store"}
+    route = (
+        "async def f(engine, ctx):\n    await engine.runs.list_runs(ctx)\n"
+        "    return await engine.runs.store.list_for_session(ctx)\n"
+    )
+    assert store_reaches(route, {"store"}) == ["line 3: engine.runs.store"]

@@ -222,7 +222,7 @@ def _user_texts(messages: list[dict[str, Any]]) -> list[str]:
 
 def _stage(request: RecordedRequest) -> str:
     """As the flow writes it (engine/flow/prompt.py): a stage request names its stage; the user's turn is intent.
-    The long-term memory extraction (engine/memories/extraction.py) is its own task, named by its contract."""
+    The long-term memory extraction (engine/user_memories/extraction.py) is its own task, named by its contract."""
     if any(m.get("role") == "system" and "MemoryExtraction" in str(m.get("content")) for m in request.messages):
         return "extraction"
     last = _user_texts(request.messages)[-1]
@@ -264,9 +264,9 @@ def respond(request: RecordedRequest) -> StubReply:
         operations = [{"action": "add", "fact": fact}] if topic is not None and topic not in known else []
         return StubReply(content=json.dumps({"operations": operations}, ensure_ascii=False), reasoning_content=thought)
     if stage == "summary":
-        said = [t[:80] for t in _user_texts(messages)[:-1] if not t.startswith(("Stage: ", REPAIR))]
+        asked = [t[:80] for t in _user_texts(messages)[:-1] if not t.startswith(("Stage: ", REPAIR))]
         lead = "用户之前问过：" if lang == "zh" else "Earlier the user asked about: "
-        summary = json.dumps({"summary": lead + " | ".join(said)[-900:]}, ensure_ascii=False)
+        summary = json.dumps({"summary": lead + " | ".join(asked)[-900:]}, ensure_ascii=False)
         return StubReply(content=summary, reasoning_content=thought)
     if stage == "intent":
         if "calculate" in words or "计算" in words:
@@ -329,7 +329,7 @@ class Conversation:
 
 
 async def run_turn(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> None:
-    from agent_runtime.engine.memory.messages import UserMessage
+    from agent_runtime.engine.conversation.chat_messages import UserMessage
     from agent_runtime.engine.runs.request.models import RunInput
 
     handle = await engine.runs.start(ctx, session_id, RunInput(new_messages=[UserMessage(content=text)]))
@@ -472,7 +472,7 @@ class SharedCacheStub(PrefixCacheStub):
 @contextlib.contextmanager
 def tools_only_where_callable() -> Any:
     """The other prompt layout: tools sent only with the calls that may call them."""
-    from agent_runtime.engine.memory.summarizer import ModelSummarizer
+    from agent_runtime.engine.conversation.summarizer import ModelSummarizer
     from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
     gateway_request, summary_request = RunGateway.request, ModelSummarizer._request
@@ -527,7 +527,7 @@ async def measure(
 
     results: list[Conversation] = []
     async with configuration.stub(api_key=API_KEY, responder=respond) as stub:
-        settings = Settings(  # type: ignore[call-arg]
+        settings = Settings(
             _env_file=None,
             environment="test",
             database_url=dsn,

@@ -48,7 +48,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from multiprocessing.connection import Connection
@@ -87,14 +87,14 @@ MODEL_CALLS_FULL = 4
 
 # -- the stub (child process) ---------------------------------------------------------------------------
 
-INTENT_SHORT = {
+INTENT_SHORT: dict[str, Any] = {
     "route": "DIRECT_EXECUTION",
     "assistant_text": "Hi! I'm doing well, thanks for asking. What would you like to do today?",
     "intent_summary": "The user greets the assistant and asks how it is.",
     "execution_brief": None,
     "safety_flags": [],
 }
-INTENT_FULL = {
+INTENT_FULL: dict[str, Any] = {
     "route": "NEEDS_EXECUTION",
     "assistant_text": None,
     "intent_summary": "The user wants (17.5 * 4 + 3) / 7 computed exactly.",
@@ -196,7 +196,7 @@ class RunSample:
 
 async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.UUID, text: str) -> RunSample:
     """One run from `start()` to its terminal event; checks it took the scripted route (model calls, tool)."""
-    from agent_runtime.engine.memory.messages import UserMessage
+    from agent_runtime.engine.conversation.chat_messages import UserMessage
     from agent_runtime.engine.runs.request.models import RunInput
 
     cpu0, loop0, t0 = time.process_time(), time.thread_time(), time.perf_counter()
@@ -231,8 +231,8 @@ async def run_once(engine: RuntimeEngine, ctx: RequestContext, session_id: uuid.
 
 
 async def new_session(engine: RuntimeEngine, ctx: RequestContext, history: int) -> uuid.UUID:
-    from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
-    from agent_runtime.engine.memory.postgres import to_new_message
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, UserMessage
+    from agent_runtime.engine.conversation.postgres import to_new_message
     from agent_runtime.engine.sessions.models import SessionCreate
 
     session = await engine.sessions.create(ctx, SessionCreate(title="bench"))
@@ -348,7 +348,7 @@ async def concurrent(
 # recorder's tool rows run inside run_turn (patched where the run service looks it up).
 BREAKDOWN_TARGETS = (
     ("agent_runtime.engine.runs.service", "RunService", "start", "RunService.start (until RUN_STARTED)"),
-    ("agent_runtime.engine.memory.chat_memory", "MessageWindowChatMemory", "window", "memory window"),
+    ("agent_runtime.engine.conversation.chat_memory", "MessageWindowChatMemory", "window", "memory window"),
     ("agent_runtime.engine.runs.turn.runner", None, "run_turn", "run_turn (all stages)"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete_streaming", "flow > LLMClient.complete_streaming"),
     ("agent_runtime.engine.llm.client", "LLMClient", "complete", "flow > LLMClient.complete"),
@@ -359,11 +359,11 @@ BREAKDOWN_TARGETS = (
         "flush_tool_results",
         "flow > RunRecorder.flush_tool_results",
     ),
-    ("agent_runtime.engine.runs.lease.store", "RunStore", "finish", "RunStore.finish"),
+    ("agent_runtime.engine.runs.ledger.store", "RunStore", "finish", "RunStore.finish"),
 )
 
 
-def instrument(spent: Counter[str], calls: Counter[str]) -> None:
+def instrument(spent: defaultdict[str, float], calls: Counter[str]) -> None:
     """Wrap the coroutines above to add up the process CPU spent inside each (diagnostic; after the tables)."""
     import importlib
 
@@ -386,7 +386,7 @@ def instrument(spent: Counter[str], calls: Counter[str]) -> None:
 
 
 async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, history: int) -> None:
-    spent: Counter[str] = Counter()
+    spent: defaultdict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()
     instrument(spent, calls)
     labels = [label for *_, label in BREAKDOWN_TARGETS]
@@ -418,7 +418,11 @@ async def breakdown(engine: RuntimeEngine, ctx: RequestContext, runs: int, histo
             count = columns[kind].get(f"calls {label}")
             cells.append(f"{columns[kind][label]:.1f}" + (f" ({count:g}x)" if count else ""))
         rows.append(cells)
-    llm = ("flow > LLMClient.complete_streaming", "flow > LLMClient.complete", "flow > RunRecorder.tool_calls")
+    llm: tuple[str, ...] = (
+        "flow > LLMClient.complete_streaming",
+        "flow > LLMClient.complete",
+        "flow > RunRecorder.tool_calls",
+    )
     llm += ("flow > RunRecorder.flush_tool_results",)
     rest = [f"{c['run_turn (all stages)'] - sum(c[k] for k in llm):.1f}" for c in columns.values()]
     rows.append(["run_turn minus its LLM calls and rows (the Flow, stages, gateway, tool)", *rest])
@@ -525,7 +529,7 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
     from agent_runtime.engine.runtime import open_engine
     from agent_runtime.settings import Settings
 
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         environment="test",
         database_url=dsn,

@@ -78,12 +78,17 @@ async def _variants(base_url: str, session: aiohttp.ClientSession) -> dict[str, 
     litellm = load_litellm()
     url = f"{base_url}/chat/completions"
     headers = {"Authorization": f"Bearer {API_KEY}"}
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None, llm_model="deepseek/deepseek-flash", llm_api_base=base_url, deepseek_api_key=API_KEY
     )
     client = LLMClient(settings)
     request = LLMRequest(messages=[WireMessage.model_validate(m) for m in MESSAGES])
-    bare = {"model": "deepseek/deepseek-flash", "messages": MESSAGES, "api_key": API_KEY, "api_base": base_url}
+    bare: dict[str, object] = {
+        "model": "deepseek/deepseek-flash",
+        "messages": MESSAGES,
+        "api_key": API_KEY,
+        "api_base": base_url,
+    }
     bare |= {"num_retries": 0, "max_retries": 0}
     body = {"model": "deepseek-flash", "messages": MESSAGES}
 

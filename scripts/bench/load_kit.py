@@ -299,7 +299,7 @@ class Target:
         from agent_runtime.engine.auth import mint_token
         from agent_runtime.settings import Settings
 
-        settings = Settings(_env_file=None, jwt_secret=BENCH_SECRET)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None, jwt_secret=BENCH_SECRET)
         while len(self.sessions) < n:
             if self.peer:
                 self.sessions.append(Session(str(uuid.uuid4())))

@@ -41,7 +41,7 @@ API_KEY = "sk-perf"
 _LATENCY = re.compile(r"\[lat=([0-9.]+)\]")
 EXPRESSION = "12*7"
 
-INTENT_FULL = {
+INTENT_FULL: dict[str, Any] = {
     "route": "NEEDS_EXECUTION",
     "assistant_text": None,
     "intent_summary": "The user wants 12*7 computed.",

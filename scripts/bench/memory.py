@@ -62,7 +62,7 @@ from tests.support.database import LOCAL_SERVER, PgServer, create_database, drop
 from agent_runtime.db.migrations import apply_migrations  # noqa: E402
 from agent_runtime.db.pool import create_pool  # noqa: E402
 from agent_runtime.engine.context import RequestContext  # noqa: E402
-from agent_runtime.engine.memory import (  # noqa: E402
+from agent_runtime.engine.conversation import (  # noqa: E402
     AssistantMessage,
     ChatMessage,
     ChatMetadata,
@@ -72,7 +72,7 @@ from agent_runtime.engine.memory import (  # noqa: E402
     UserMessage,
     WindowPolicy,
 )
-from agent_runtime.engine.memory.postgres import PostgresChatMemoryRepository  # noqa: E402
+from agent_runtime.engine.conversation.postgres import PostgresChatMemoryRepository  # noqa: E402
 
 SIZES = (20, 500, 5000)
 WINDOW = 20

@@ -32,7 +32,7 @@ from tests.runs.conftest import parse_sse, text_messages  # noqa: E402
 from tests.support.database import LOCAL_SERVER, PgServer, create_database, drop_database, find_server  # noqa: E402
 
 # (plant session, update session, deleted-fact session, questions: (question, target, stale texts)).
-EN = {
+EN: dict[str, Any] = {
     "plant": "Hi! My name is {name}. I live in {city}. I work as a {job}. I am allergic to {allergen}.",
     "plant2": "My favourite food is {food}. My dog is called {pet}.",
     "update": "I moved to {city2}.",
@@ -45,7 +45,7 @@ EN = {
         ("What is my dog's name?", None, ["The user's dog is called {pet}."]),
     ],
 }
-ZH = {
+ZH: dict[str, Any] = {
     "plant": "你好！我叫{name}，我住在{city}。我是一名{job}。我对{allergen}过敏。",
     "plant2": "我最喜欢的食物是{food}。我的狗叫{pet}。",
     "update": "我搬到了{city2}。",
@@ -119,11 +119,11 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     from agent_runtime.api.app import create_app
     from agent_runtime.engine.auth import mint_token
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memories.block import recall_block
+    from agent_runtime.engine.user_memories.block import recall_block
     from agent_runtime.settings import Settings
 
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         environment="test",
         database_url=dsn,
         llm_model=None,
@@ -220,8 +220,8 @@ def extraction_cost(calls: list[tuple[list[str], str]], blocks: list[str], turns
     """What memories add per turn at deepseek-flash peak prices, counted with DeepSeek's tokenizer: each
     extraction call (its system message cached, its data and answer not; the demo's answer stands in for a real
     model's, which writes the same operations) and each recall block (new tokens once, in the turn's first call)."""
-    from agent_runtime.engine.memory.messages import AssistantMessage, SystemMessage, UserMessage
-    from agent_runtime.engine.memory.tokens import token_counter_for
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, SystemMessage, UserMessage
+    from agent_runtime.engine.conversation.tokens import token_counter_for
 
     count = token_counter_for("deepseek/deepseek-flash")
     hit, miss, out = Decimal("0.04"), Decimal("2"), Decimal("8")  # CNY per million, deepseek-flash at peak
@@ -251,7 +251,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     import asyncpg
 
     from agent_runtime.engine.context import RequestContext
-    from agent_runtime.engine.memories.embeddings import LocalEmbedder, vector_literal
+    from agent_runtime.engine.user_memories.embeddings import LocalEmbedder, vector_literal
 
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     embedder = LocalEmbedder()
@@ -285,7 +285,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         emb = await embedder.embed([q], "query")
         t1 = time.perf_counter()
-        from agent_runtime.engine.memories.repository import RECALL_SQL
+        from agent_runtime.engine.user_memories.repository import RECALL_SQL
 
         await pool.fetch(RECALL_SQL, ctx.user_id, vector_literal(emb.vectors[0]), embedder.model, 5, None)
         t2 = time.perf_counter()

@@ -103,7 +103,8 @@ async def _measure(path: str, runs: int, concurrency: int, latency: float, batch
     for full in (True, False, True):  # warm-up: imports, caches, first allocations
         await turn(full, 0.0)
     hand_offs.clear()
-    full_ms, short_ms = [], []
+    full_ms: list[float] = []
+    short_ms: list[float] = []
     full_hand_offs = 0
     for _ in range(runs):
         for full, samples in ((True, full_ms), (False, short_ms)):
@@ -146,11 +147,13 @@ def _count_hand_offs() -> _HandOffs:
         counter.full += 1
         return original(self, fn, *args, **kwargs)
 
-    ThreadPoolExecutor.submit = counting  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = counting  # type: ignore[method-assign,assignment]
     return counter
 
 
 def _turns(path: str) -> Any:
+    from agent_runtime.engine.conversation.chat_messages import AssistantMessage, UserMessage
+    from agent_runtime.engine.conversation.metadata import ToolCallSpec
     from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
     from agent_runtime.engine.flow.crewai.flow import AgentFlow, AgentFlowState, FlowDeps
     from agent_runtime.engine.flow.model_call import ModelCall, ModelReply
@@ -158,8 +161,6 @@ def _turns(path: str) -> Any:
     from agent_runtime.engine.flow.templates import load_flow_templates
     from agent_runtime.engine.flow.tools import engine_tools
     from agent_runtime.engine.flow.turn import AgentConfig, TurnInput, TurnPorts, run_turn
-    from agent_runtime.engine.memory.messages import AssistantMessage, UserMessage
-    from agent_runtime.engine.messages.metadata import ToolCallSpec
     from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext
     from agent_runtime.resources import default_config_dir
 
@@ -201,7 +202,7 @@ def _turns(path: str) -> Any:
         await run_turn(turn_input(), ports, config)
 
     async def by_hand(full: bool, latency: float) -> None:
-        from agent_runtime.engine.memory.convert import to_wire
+        from agent_runtime.engine.conversation.convert import to_wire
 
         given = turn_input()
         state = AgentFlowState(

@@ -25,7 +25,7 @@ from prometheus_client import Counter
 from agent_runtime import cli
 from agent_runtime.engine.runs.events.log import EventBatch
 from agent_runtime.engine.runs.events.store import EventStore
-from agent_runtime.engine.runs.lease.store import RunStore
+from agent_runtime.engine.runs.ledger.store import RunStore
 
 STATEMENTS = Counter("bench_sql_statements", "SQL statements sent, by kind (benchmark probe).", ["kind"])
 # The lease keeper's statements first: the sweep and the log repair insert into agent_run_events too.
@@ -68,8 +68,8 @@ def count_statements() -> None:
         STATEMENTS.labels(kind_of(query)).inc()
         return await execute_params(self, query, *args, **kwargs)
 
-    asyncpg.Connection.execute = counting_execute  # type: ignore[method-assign]
-    asyncpg.Connection._execute = counting_execute_params  # type: ignore[method-assign]
+    asyncpg.Connection.execute = counting_execute
+    asyncpg.Connection._execute = counting_execute_params
 
 
 async def _no_write(self: EventStore, batch: EventBatch) -> None:

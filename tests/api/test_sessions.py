@@ -9,8 +9,8 @@ from tests.conftest import User
 from tests.support.errors import error_body
 from tests.support.rows import stored_rows
 
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 
 
@@ -138,7 +138,7 @@ async def test_bad_uuid_is_422(client: httpx.AsyncClient, user: User) -> None:
 
 
 async def test_messages_visible_only_in_seq_order(client: httpx.AsyncClient, user: User, engine: RuntimeEngine) -> None:
-    from agent_runtime.engine.messages.metadata import AuditMetadata
+    from agent_runtime.engine.conversation.metadata import AuditMetadata
 
     sid = (await _create(client, user))["id"]
     await engine.messages.append(

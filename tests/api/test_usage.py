@@ -8,7 +8,7 @@ import httpx
 from tests.conftest import User
 from tests.support.errors import error_body
 
-from agent_runtime.engine.messages.metadata import (
+from agent_runtime.engine.conversation.metadata import (
     AssistantOutputMetadata,
     AuditMetadata,
     ToolCallMetadata,
@@ -16,7 +16,7 @@ from agent_runtime.engine.messages.metadata import (
     ToolResultMetadata,
     UserInputMetadata,
 )
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

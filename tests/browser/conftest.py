@@ -17,7 +17,7 @@ from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, 
 from tests.support.npm import npm_ci
 from tests.support.serve import ServeProcess, start_serve
 
-from agent_runtime.engine.llm.demo_stages import demo_answer
+from agent_runtime.engine.llm.demo.stages import demo_answer
 from agent_runtime.engine.llm.models import ToolSchema, WireMessage
 
 HERE = Path(__file__).resolve().parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import asyncpg
@@ -26,3 +27,11 @@ def test_create_pool_only_builds_a_pool_with_these_defaults() -> None:
 def test_pool_acquire_builds_an_acquire_context_of_the_pool_and_a_timeout() -> None:
     assert list(inspect.signature(PoolAcquireContext.__init__).parameters) == ["self", "pool", "timeout"]
     assert "return PoolAcquireContext(self, timeout)" in inspect.getsource(asyncpg.Pool.acquire)
+
+
+def test_pool_waiters_are_the_getters_of_its_asyncio_queue() -> None:
+    assert "self._queue = _PoolConnectionHolderQueue(" in inspect.getsource(asyncpg.Pool)
+    assert issubclass(asyncpg.pool._PoolConnectionHolderQueue, asyncio.Queue)
+    assert "await self._queue.get()" in inspect.getsource(asyncpg.Pool._acquire)
+    # asyncio.Queue.get parks each waiting get() on a future in `_getters` until an item is put back.
+    assert "self._getters.append(getter)" in inspect.getsource(asyncio.Queue.get)

@@ -18,11 +18,11 @@ from tests.support.rows import stored_rows
 from tests.support.serve import poll_until
 
 from agent_runtime.db.pool import create_pool
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import TooManyRunsError, TooManySessionsError
-from agent_runtime.engine.messages.metadata import UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
-from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionStatus
 from agent_runtime.engine.sessions.repository import INSERT_SQL

@@ -100,7 +100,7 @@ async def f(pool, user_id, table):
 
 
 def test_repositories_and_db_are_allowed_anywhere_else_is_not() -> None:
-    assert allowed(Path("engine/runs/lease/repository.py"))
+    assert allowed(Path("engine/runs/ledger/repository.py"))
     assert allowed(Path("db/pool.py"))
-    assert not allowed(Path("engine/runs/lease/store.py"))
+    assert not allowed(Path("engine/runs/ledger/store.py"))
     assert not allowed(Path("engine/db_helpers.py"))

@@ -9,10 +9,10 @@ import pytest
 from tests.conftest import User
 from tests.support.rows import stored_rows
 
+from agent_runtime.engine.conversation.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import ConflictError, NotFoundError
-from agent_runtime.engine.messages.metadata import AuditMetadata, ToolCallMetadata, ToolCallSpec, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.ledger.store import RunEndRequest
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

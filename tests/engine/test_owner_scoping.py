@@ -18,12 +18,12 @@ from uuid import UUID, uuid4
 import asyncpg
 from tests.conftest import User
 
+from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import NotFoundError
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileUpdate
-from agent_runtime.engine.runs.lease.store import RunEndRequest
+from agent_runtime.engine.runs.ledger.store import RunEndRequest
 from agent_runtime.engine.runs.request.pending import PendingStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate, SessionUpdate

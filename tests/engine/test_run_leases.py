@@ -11,11 +11,11 @@ from uuid import uuid4
 import pytest
 from tests.conftest import User
 
-from agent_runtime.engine.messages.metadata import UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.events.repository import LOST_RUN_SEQ
-from agent_runtime.engine.runs.lease.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate
 

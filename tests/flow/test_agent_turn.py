@@ -18,6 +18,8 @@ import pytest
 from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_messages import AssistantMessage, ChatMessage, ToolMessage, UserMessage
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult
 from agent_runtime.engine.flow.crewai import env as crewai_env
 from agent_runtime.engine.flow.model_call import CallModel, ModelCall, ModelReply, StageOutputError, StageToolResult
@@ -41,8 +43,6 @@ from agent_runtime.engine.flow.turn import (
     load_agent,
     run_turn,
 )
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, ToolMessage, UserMessage
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext
 from agent_runtime.resources import default_config_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent_runtime.engine.llm import WireMessage
-from agent_runtime.engine.llm.demo_stages import asks_for_time, detect_stage, find_expression, user_request
+from agent_runtime.engine.llm.demo.stages import asks_for_time, detect_stage, find_expression, user_request
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_demo_model_summarises_the_conversation_deterministically() -> None:
     """The memory's summary task (schema title ConversationSummary) gets a fixed answer built from what the user
     said before the task, so the summary works offline and the same conversation always gives the same text."""
     from agent_runtime.engine.flow.templates import load_flow_templates
-    from agent_runtime.engine.llm.demo_stages import demo_answer
+    from agent_runtime.engine.llm.demo.stages import demo_answer
     from agent_runtime.resources import default_config_dir
 
     task = load_flow_templates(default_config_dir() / "crewai").render_summary_task(150)

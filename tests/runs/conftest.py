@@ -31,9 +31,9 @@ from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
 from agent_runtime.api.sse import KEEPALIVE
+from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata, UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage, StoredMessage
 from agent_runtime.engine.flow.tools import Tool
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata, UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage, StoredMessage
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.resources import default_config_dir
 from agent_runtime.settings import Settings

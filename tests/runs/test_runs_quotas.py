@@ -1,7 +1,7 @@
 """Per-user quotas and CNY budgets, enforced by the database (so across replicas and under concurrency):
 runs per minute (429 `rate_limited`), sessions per user (429 `too_many_sessions`), daily and monthly budgets
 (402 `budget_exceeded`, naming the budget and when it resets). Each is refused before any stream starts and
-leaves nothing behind. How a run's hold is taken, grown and settled: tests/runs/lease/test_runs_budget_holds.py."""
+leaves nothing behind. How a run's hold is taken, grown and settled: tests/runs/ledger/test_runs_budget_holds.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from uuid import UUID
 from tests.conftest import User
 from tests.runs.conftest import PEAK_TIME, Harness, MakeHarness, RunResult, intent_direct, types, usage
 
-from agent_runtime.engine.runs.lease.reservation import RunReservation
+from agent_runtime.engine.runs.ledger.reservation import RunReservation
 
 
 def error_of(result: RunResult, status: int, code: str) -> dict[str, Any]:

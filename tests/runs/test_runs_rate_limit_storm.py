@@ -17,7 +17,7 @@ from tests.runs.conftest import PEAK_TIME, STUB_API_KEY, RunResult, default_resp
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
 
 from agent_runtime.api.app import create_app
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata
+from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata
 from agent_runtime.settings import Settings
 
 LIMIT = 2

@@ -24,7 +24,7 @@ def _kind(sql: str) -> str:
         return "start"
     if "UPDATE agent_runs SET status" in text:
         return "finish"
-    if "tail AS (" in text:  # the memory window read (engine/memory/repository.py)
+    if "tail AS (" in text:  # the memory window read (engine/conversation/repository.py)
         return "window"
     if "SELECT * FROM ( SELECT" in text and "ORDER BY seq DESC LIMIT" in text:
         return "snapshot"
@@ -85,7 +85,7 @@ async def test_a_full_run_with_a_tool_call_is_eight_statements_and_a_direct_one_
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     # start (session, lease, run row, input row, profile, the pending turn it takes); the thread for the
     # MESSAGES_SNAPSHOT; the memory window; the tool call's row; the tool result's row (written before the
-    # next model call); the budget hold's growth (the first hold covers the first calls: engine/runs/lease/
+    # next model call); the budget hold's growth (the first hold covers the first calls: engine/runs/ledger/
     # reservation.py); the end (rows, status, run row, totals, what the session waits for); the event log,
     # written once, with its terminal event (nobody followed the run from another replica).
     assert full == ["start", "snapshot", "window", "append", "append", "hold", "finish", "events"]

@@ -66,7 +66,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -579,7 +579,7 @@ class DeepSeekStub:
             await self._runner.cleanup()
             self._runner = None
 
-    async def __aenter__(self) -> DeepSeekStub:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -7,8 +7,8 @@ from uuid import UUID
 import asyncpg
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.messages.models import StoredMessage
-from agent_runtime.engine.messages.repository import COLUMNS, row_to_message
+from agent_runtime.engine.conversation.repository import COLUMNS, row_to_message
+from agent_runtime.engine.conversation.stored_messages import StoredMessage
 
 
 async def stored_rows(pool: asyncpg.Pool, ctx: RequestContext, session_id: UUID) -> list[StoredMessage]:

@@ -14,17 +14,17 @@ from agent_runtime.db.migrations import apply_migrations
 from agent_runtime.db.outage import is_unavailable
 from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
+from agent_runtime.engine.conversation.store import MessageStore
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.llm.call_builder import model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.client import Clock
-from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.service import RunService
 from agent_runtime.engine.sessions.service import SessionService
 from agent_runtime.engine.usage.service import UsageService
+from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)

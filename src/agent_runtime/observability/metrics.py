@@ -152,7 +152,7 @@ def run_finished(seconds: float, *, outcome: str, error_code: str | None = None)
 
 
 def runs_in_flight(count: int) -> None:
-    """The admission's count of runs holding a slot in this process (engine/runs/lease/admission.py)."""
+    """The admission's count of runs holding a slot in this process (engine/runs/admission.py)."""
     RUNS_IN_FLIGHT.set(count)
 
 

@@ -20,7 +20,7 @@ SAMPLE_INTERVAL_SECONDS = 0.5
 
 def waiting_acquires(pool: asyncpg.Pool) -> int:
     """Acquires queued for a connection. asyncpg has no public count: its pool hands connections out through
-    an asyncio.Queue, whose pending `get()` futures are the waiters (tests/observability pins this)."""
+    an asyncio.Queue, whose pending `get()` futures are the waiters (db/PATCHES.md, row 3)."""
     queue: Any = getattr(pool, "_queue", None)
     getters = getattr(queue, "_getters", None) or ()
     return sum(not waiter.done() for waiter in getters)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typing
 
-from agent_runtime.engine.memory.messages import UserMessage
+from agent_runtime.engine.conversation.chat_messages import UserMessage
 from agent_runtime.engine.runs.agui.mapper import to_agui
 from agent_runtime.engine.runs.events.types import (
     MessagesSnapshot,

@@ -15,8 +15,8 @@ from uuid import UUID, uuid4
 import pytest
 from tests.conftest import User
 
-from agent_runtime.engine.messages.metadata import UserInputMetadata
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import AguiStream
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.log import RunEventLog

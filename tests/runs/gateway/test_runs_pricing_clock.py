@@ -15,7 +15,7 @@ from tests.runs.conftest import MakeHarness, intent_direct, usage
 from agent_runtime.engine.billing.cost import recompute_cost
 from agent_runtime.engine.billing.models import LLMUsage
 from agent_runtime.engine.billing.pricing import PricingTable
-from agent_runtime.engine.messages.metadata import AssistantOutputMetadata
+from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata
 from agent_runtime.resources import default_config_dir
 
 # Tuesday 10:30 Beijing (peak); the same day 20:00 Beijing (off-peak); Wednesday 10:30 Beijing, when the entry below

@@ -30,7 +30,7 @@ from tests.runs.conftest import (
 from tests.stubs.deepseek_stub import RecordedRequest, StubReply, StubToolCall
 
 from agent_runtime.api.app import create_app
-from agent_runtime.engine.messages.metadata import ToolCallMetadata
+from agent_runtime.engine.conversation.metadata import ToolCallMetadata
 
 THOUGHT = "The user greets me; a greeting back is enough."
 

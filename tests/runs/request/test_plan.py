@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from agent_runtime.engine.conversation.chat_messages import ToolMessage, UserMessage
 from agent_runtime.engine.flow.contracts import IntentResult
-from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
 from agent_runtime.engine.runs.request.models import ResumeDecision, RunInput
 from agent_runtime.engine.runs.request.pending import PendingCall, PendingTurn
 from agent_runtime.engine.runs.request.plan import InterruptPendingError, plan_turn

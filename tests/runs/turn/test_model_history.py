@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_runtime.engine.memory.messages import AssistantMessage, ChatMessage, UserMessage
-from agent_runtime.engine.memory.summary import summary_message
+from agent_runtime.engine.conversation.chat_messages import AssistantMessage, ChatMessage, UserMessage
+from agent_runtime.engine.conversation.summary import summary_message
 from agent_runtime.engine.runs.turn.history import TURN_SEPARATOR, ModelTurn, split_turn
 
 SUMMARY = summary_message("They talked about kayaks.", "u-1")

@@ -14,8 +14,8 @@ from tests.conftest import User
 from tests.runs.conftest import MakeHarness, RunResult, crewai_config, intent_needs
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
 
+from agent_runtime.engine.conversation.metadata import ToolResultMetadata
 from agent_runtime.engine.flow.tools import Tool, ToolArgs
-from agent_runtime.engine.messages.metadata import ToolResultMetadata
 from agent_runtime.engine.profiles.models import UserAgentContext
 
 

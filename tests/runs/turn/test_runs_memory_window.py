@@ -26,8 +26,8 @@ from tests.runs.conftest import (
 from tests.runs.test_runs_statements import counted_statements
 from tests.stubs.deepseek_stub import StubReply
 
-from agent_runtime.engine.memory.summary import summary_message
-from agent_runtime.engine.messages.metadata import AuditMetadata
+from agent_runtime.engine.conversation.metadata import AuditMetadata
+from agent_runtime.engine.conversation.summary import summary_message
 
 SUMMARY = "The user asked questions 0 to 10; each was answered."
 

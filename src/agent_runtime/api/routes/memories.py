@@ -7,8 +7,8 @@ from fastapi import APIRouter, Query, Response
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
-from agent_runtime.engine.memories.models import MemoryPage
 from agent_runtime.engine.text import ClientText
+from agent_runtime.engine.user_memories.models import MemoryPage
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 

@@ -11,13 +11,13 @@ from fastapi.responses import StreamingResponse
 from agent_runtime.api.deps import Caller, Engine, Paging, StreamCaller
 from agent_runtime.api.errors import error_responses
 from agent_runtime.api.sse import with_keepalive
-from agent_runtime.engine.memory.messages import UserMessage
+from agent_runtime.engine.conversation.chat_messages import UserMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.runs.agui.capabilities import agent_capabilities
 from agent_runtime.engine.runs.agui.input import AguiRunInput
 from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
-from agent_runtime.engine.runs.lease.store import RunSummary
+from agent_runtime.engine.runs.ledger.store import RunSummary
 from agent_runtime.engine.runs.request.models import (
     LAST_EVENT_ID_PATTERN,
     RunCancel,
@@ -110,7 +110,7 @@ async def run_session(session_id: UUID, body: RunRequest, engine: Engine, ctx: C
 )
 async def list_runs(session_id: UUID, engine: Engine, ctx: Caller, page: Paging) -> Page[RunSummary]:
     """The session's runs, newest first: status, and for a failed run its error code and error_id."""
-    return await engine.runs.store.list_for_session(ctx, session_id, limit=page.limit, offset=page.offset)
+    return await engine.runs.list_runs(ctx, session_id, limit=page.limit, offset=page.offset)
 
 
 @router.get(

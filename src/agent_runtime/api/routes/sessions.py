@@ -7,7 +7,7 @@ from fastapi import APIRouter, Body, Query, Response
 
 from agent_runtime.api.deps import Caller, Engine, Paging
 from agent_runtime.api.errors import error_responses
-from agent_runtime.engine.messages.models import StoredMessage
+from agent_runtime.engine.conversation.stored_messages import StoredMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.sessions.models import SESSION_CREATE_EXAMPLES, Session, SessionCreate, SessionUpdate
 from agent_runtime.engine.text import ClientText

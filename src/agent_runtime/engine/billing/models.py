@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_serializer, model_validator
 
-# Where a call's price came from; also stored in each billed message's metadata (engine/messages/metadata.py).
+# Where a call's price came from; also stored in each billed message's metadata (engine/conversation/metadata.py).
 # "custom_pricing": our price list with the provider's cache split. "all_miss": our price list, every prompt
 # token at the cache-miss price, because the usage gave no (usable) cache split. "none": no price in force.
 # "litellm_catalog" is no longer written: rows stored before dated prices carry it and must still validate.

@@ -9,9 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.errors import UpstreamError
 from agent_runtime.engine.llm.models import ToolSchema
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 
 class ModelCall(BaseModel):

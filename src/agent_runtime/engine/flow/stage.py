@@ -21,6 +21,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import StageName
 from agent_runtime.engine.flow.model_call import CallModel, ModelCall, ModelReply, StageOutputError
 from agent_runtime.engine.flow.stage_tools import StageTools
@@ -34,12 +35,11 @@ from agent_runtime.engine.flow.wire import (
 )
 from agent_runtime.engine.llm.models import ToolSchema
 from agent_runtime.engine.llm.repair import strip_code_fence, unusable_answer
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 ContractT = TypeVar("ContractT", bound=BaseModel)
 
 # Model calls of a stage's tool loop before it must answer (it then makes one more call, for the answer). Budget
-# holds count them (engine/runs/lease/reservation.py).
+# holds count them (engine/runs/ledger/reservation.py).
 MAX_TOOL_ITERATIONS = 6
 # The same call with the same arguments and the same result this many times in a stage: the model is going round.
 MAX_REPEATED_TOOL_CALLS = 5

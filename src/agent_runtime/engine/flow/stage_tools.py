@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.model_call import EventSink, StageToolResult
 from agent_runtime.engine.flow.tools import RunToolSet, ToolOutcome
 from agent_runtime.engine.flow.wire import WireTurn, tool_turn
 from agent_runtime.engine.llm.models import ToolSchema
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 logger = logging.getLogger(__name__)
 

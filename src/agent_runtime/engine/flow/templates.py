@@ -18,10 +18,10 @@ Every task has `max_tokens` (the output-token cap of each model call it makes, s
 a stage's tool loop and JSON repairs are capped call by call), `thinking` (enabled or disabled), and optionally
 `model` (a LiteLLM id; default: the service's model) and `reasoning_effort` (low, high, max; thinking only).
 
-`tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/memory/summary.py): the
+`tasks.yaml` also holds `memory_summary`, the chat memory's summary task (engine/conversation/summary.py): the
 model sees the dropped turns as messages and this task after them; placeholders `{max_words}*` (the
 summary's length limit) and `{output_schema}*` (the ConversationSummary schema); and `memory_extraction`, the
-long-term memories' extraction task (engine/memories/extraction.py), sent as a system message before the turn's
+long-term memories' extraction task (engine/user_memories/extraction.py), sent as a system message before the turn's
 data: placeholders `{max_chars}*` (USER_MEMORIES_MAX_CHARS) and `{output_schema}*` (the MemoryExtraction schema).
 
 Rendering is safe against user text containing braces: only the template (our YAML) is parsed for
@@ -42,12 +42,12 @@ from typing import ClassVar, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agent_runtime.engine.conversation.summary import schema_text as summary_schema_text
 from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.llm.models import CallOptions
-from agent_runtime.engine.memories.extraction import schema_text as extraction_schema_text
-from agent_runtime.engine.memory.summary import schema_text as summary_schema_text
 from agent_runtime.engine.profiles.models import LanguageTag
+from agent_runtime.engine.user_memories.extraction import schema_text as extraction_schema_text
 from agent_runtime.settings import DEMO_MODEL, Settings
 
 AGENTS_FILE = "agents.yaml"

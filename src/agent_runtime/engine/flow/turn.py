@@ -15,6 +15,9 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, Field
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage
+from agent_runtime.engine.conversation.convert import to_wire
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.crewai import bookkeeping
 from agent_runtime.engine.flow.crewai import env as crewai_env
@@ -22,9 +25,6 @@ from agent_runtime.engine.flow.model_call import CallModel, EventSink, ToolCalls
 from agent_runtime.engine.flow.stage import MAX_TOOL_ITERATIONS
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
-from agent_runtime.engine.memory.convert import to_wire
-from agent_runtime.engine.memory.messages import ChatMessage
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.profiles.models import UserAgentContext
 
 _FLOW_MODULE = "agent_runtime.engine.flow.crewai.flow"

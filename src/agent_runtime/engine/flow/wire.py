@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.llm.repair import repair_text
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 
 WireTurn = dict[str, Any]
 """A chat-completions message as the LLM layer sends it on (engine/llm/models.py `WireMessage` validates it)."""

@@ -79,7 +79,7 @@ class CallBuilder:
         model = model_id_for_litellm(requested)
         provider = model.split("/", 1)[0]
         if provider == DEMO_PROVIDER:
-            from agent_runtime.engine.llm.demo_provider import ensure_demo_provider
+            from agent_runtime.engine.llm.demo.provider import ensure_demo_provider
 
             ensure_demo_provider()
             return CallTarget(model=model, is_demo=True)

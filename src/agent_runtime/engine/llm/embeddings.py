@@ -1,4 +1,4 @@
-"""A LiteLLM embedding model, for engine/memories (LiteLLM is imported only in engine/llm)."""
+"""A LiteLLM embedding model, for engine/user_memories (LiteLLM is imported only in engine/llm)."""
 
 from __future__ import annotations
 

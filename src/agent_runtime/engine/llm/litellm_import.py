@@ -31,7 +31,7 @@ class _ReasoningPlaceholderFilter(logging.Filter):
     """LiteLLM warns on every thinking-mode DeepSeek call, once per assistant message in the history that has no
     reasoning, and sends a one-space placeholder for it (`_fill_reasoning_content` in its DeepSeek transformation).
     Those are answers without tool calls, whose reasoning DeepSeek ignores (guides/thinking_mode), or tool calls
-    made with thinking off, which have none: every tool-call message with reasoning carries it (engine/memory).
+    made with thinking off, which have none: every tool-call message with reasoning carries it (engine/conversation).
     Not actionable, and at that rate it would bury the logs ops read."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -94,7 +94,7 @@ class LLMRequest(_Wire):
     )
 
 
-# Awaited before a request is sent (a run's budget hold: engine/runs/lease/reservation.py); it refuses by raising.
+# Awaited before a request is sent (a run's budget hold: engine/runs/ledger/reservation.py); it refuses by raising.
 BeforeSend = Callable[[LLMRequest], Awaitable[None]]
 
 

@@ -31,7 +31,7 @@ def image_marker(image_id: str) -> str:
 
 
 def image_models(settings: Settings) -> frozenset[str]:
-    """LLM_IMAGE_MODELS, and the offline demo model, which says what it was shown (demo_provider.py)."""
+    """LLM_IMAGE_MODELS, and the offline demo model, which says what it was shown (demo/provider.py)."""
     return frozenset({DEMO_MODEL, *(m.strip() for m in settings.llm_image_models.split(",") if m.strip())})
 
 

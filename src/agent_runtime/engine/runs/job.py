@@ -13,8 +13,8 @@ from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.runs.agui.mapper import AguiStream
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.log import RunEventLog
-from agent_runtime.engine.runs.lease.finish import RunFailure
-from agent_runtime.engine.runs.lease.store import HeldRun, StartedRun
+from agent_runtime.engine.runs.ledger.finish import RunFailure
+from agent_runtime.engine.runs.ledger.store import HeldRun, StartedRun
 from agent_runtime.engine.runs.request.plan import TurnPlan
 from agent_runtime.engine.runs.turn.runner import TurnJob
 

@@ -14,6 +14,9 @@ import asyncpg
 from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.templates import FlowTemplates
@@ -21,11 +24,9 @@ from agent_runtime.engine.flow.tools import Tool, engine_tools
 from agent_runtime.engine.flow.turn import adopt_loop, prepare_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.models import CallOptions
-from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.tokens import token_counter_for
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
+from agent_runtime.engine.runs.admission import Admission
 from agent_runtime.engine.runs.agui.input import read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
@@ -35,11 +36,10 @@ from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.events.store import EventStore
 from agent_runtime.engine.runs.gateway.recorder import RunRecorder
 from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
-from agent_runtime.engine.runs.lease.admission import Admission
-from agent_runtime.engine.runs.lease.finish import CANCELLED, RunEnding, RunFailure
-from agent_runtime.engine.runs.lease.keeper import LeaseKeeper
-from agent_runtime.engine.runs.lease.reservation import RunHold, RunReservation
-from agent_runtime.engine.runs.lease.store import RunEnd, RunIdTakenError, RunStore
+from agent_runtime.engine.runs.ledger.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
+from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
@@ -53,6 +53,7 @@ from agent_runtime.engine.runs.request.turn_input import (
 )
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
+from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
@@ -353,6 +354,10 @@ class RunService:
         # Here at once when it runs here; elsewhere its process hears the NOTIFY (or its next heartbeat).
         self._cancel_requested({run_id})
         return status
+
+    async def list_runs(self, ctx: RequestContext, session_id: UUID, *, limit: int, offset: int) -> Page[RunSummary]:
+        """The session's runs, newest first (404 for a session that is missing or someone else's)."""
+        return await self.store.list_for_session(ctx, session_id, limit=limit, offset=offset)
 
     def _cancel_requested(self, run_ids: set[UUID] | UUID) -> None:
         for job in [self._jobs.get(i) for i in (run_ids if isinstance(run_ids, set) else {run_ids})]:

@@ -3,7 +3,7 @@
 Convention (every domain's `repository.py`): each statement is a module constant named for what it does,
 built once at import; services bind parameters to these and never build SQL themselves. Every statement
 on a user-owned table takes the owner (`user_id`) as a parameter. Constants rather than a `queries.sql`
-with named blocks: statements here share fragments (column lists, the messages domain's `unnest` of new
+with named blocks: statements here share fragments (column lists, the conversation's `unnest` of new
 rows) that an f-string composes once, where a `.sql` file would repeat them or need a template step.
 """
 

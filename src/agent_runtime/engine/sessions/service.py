@@ -1,5 +1,5 @@
 """Sessions: owner-scoped CRUD. A run's status changes (pending -> running -> completed|failed) are the run
-store's (`engine/runs/lease/store.py`), enforced by the trigger on the session row."""
+store's (`engine/runs/ledger/store.py`), enforced by the trigger on the session row."""
 
 from __future__ import annotations
 

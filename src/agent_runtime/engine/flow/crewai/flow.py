@@ -53,7 +53,7 @@ class AgentFlowState(FlowState):
     """Inputs of one turn and what each stage produced."""
 
     system_prompt: str = ""
-    # Chat-completions wire dicts (engine.memory.convert.to_wire): what every stage's messages start with.
+    # Chat-completions wire dicts (engine.conversation.convert.to_wire): what every stage's messages start with.
     history: list[dict[str, Any]] = Field(default_factory=list)
     user_input: str = ""
     ai_language: str = "en"

@@ -24,9 +24,9 @@ import ag_ui.core as agui
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_messages import ImageAttachment, ToolMessage, UserMessage
+from agent_runtime.engine.conversation.convert import from_agui
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
-from agent_runtime.engine.memory.convert import from_agui
-from agent_runtime.engine.memory.messages import ImageAttachment, ToolMessage, UserMessage
 from agent_runtime.engine.runs.events.state import RUN_STATE_KEY
 from agent_runtime.engine.runs.request.frontend_tools import frontend_tools
 from agent_runtime.engine.runs.request.images import content_parts

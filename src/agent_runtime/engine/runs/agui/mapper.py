@@ -44,7 +44,7 @@ from ag_ui.core import (
 )
 from pydantic import JsonValue
 
-from agent_runtime.engine.memory.convert import to_agui as message_to_agui
+from agent_runtime.engine.conversation.convert import to_agui as message_to_agui
 from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
 from agent_runtime.engine.runs.events.types import (
     MessagesSnapshot,
@@ -68,7 +68,7 @@ from agent_runtime.engine.runs.events.types import (
     ToolCallRequested,
     ToolResultReady,
 )
-from agent_runtime.engine.runs.lease.repository import (
+from agent_runtime.engine.runs.ledger.repository import (
     ERROR_CODE_SLOT,
     ERROR_ID_SLOT,
     RUN_ID_SLOT,

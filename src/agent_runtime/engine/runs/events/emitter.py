@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from pydantic import JsonValue
 
-from agent_runtime.engine.memory.messages import ChatMessage
+from agent_runtime.engine.conversation.chat_messages import ChatMessage
 from agent_runtime.engine.runs.events.types import (
     MessagesSnapshot,
     ModelUsage,

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from agent_runtime.engine.memory.messages import ChatMessage
+from agent_runtime.engine.conversation.chat_messages import ChatMessage
 
 
 class _Event(BaseModel):

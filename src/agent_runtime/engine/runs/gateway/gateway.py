@@ -1,4 +1,5 @@
-"""The per-run `call_model` the CrewAI stages call: one LLM call, streamed events, recorded rows.
+"""The per-run `call_model` port the agent's stages call (engine/flow/turn.py): one LLM call, streamed events, recorded
+rows.
 
 Built once per run, so everything it touches (events queue, recorder, text extractors) belongs to that
 run: concurrent runs share only the process-wide `LLMClient`.
@@ -10,6 +11,8 @@ import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from uuid import uuid4
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, UserMessage
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.model_call import (
     ModelCall,
     ModelReply,
@@ -19,8 +22,6 @@ from agent_runtime.engine.flow.model_call import (
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, LLMRequest, ToolSchema, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.vision import with_images
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.gateway.partial_text import AssistantTextExtractor
@@ -77,7 +78,7 @@ class RunGateway:
     call them (`tool_choice` "none" elsewhere, and in its repair calls). `stops_at`: tool names the run never runs
     on the model's word alone (approval and frontend tools); a reply calling one ends the run waiting
     (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py). `hold`: awaited
-    before each call is sent, it grows the run's budget hold (engine/runs/lease/reservation.py) or raises."""
+    before each call is sent, it grows the run's budget hold (engine/runs/ledger/reservation.py) or raises."""
 
     def __init__(
         self,
@@ -106,7 +107,7 @@ class RunGateway:
         # Built in the run's task: the observation that times its first token.
         self._run = current_run()
         self._stage: str | None = None
-        # The tasks of the model calls in flight (each runs on the app's loop: engine/flow/crewai/llm.py).
+        # The tasks of the model calls in flight: a stopped run waits for them to record what they were billed.
         self._calls: set[asyncio.Task[object]] = set()
         # The run's images by id, and the models that take them (show_images, once the window is read).
         self.images: dict[str, str] = {}
@@ -156,9 +157,9 @@ class RunGateway:
         self.image_models = accepted
 
     def request(self, call: ModelCall) -> LLMRequest:
-        """The LLM request for one of CrewAI's model calls (public for the tests of the prompt layout)."""
+        """The LLM request for one of the stages' model calls (public for the tests of the prompt layout)."""
         options = self._options[call.stage]
-        # CrewAI offers tools to the execution stage only; a repair call of that stage may not use them either.
+        # Only the execution stage offers tools; a repair call of that stage may not use them either.
         may_call_tools = bool(call.tools) and call.allow_tools
         tools = self._tools or None
         return LLMRequest(

@@ -6,7 +6,7 @@ Every model call is recorded on exactly one row, so SQL sums never double count:
   assistant reply (seq > 0); the raw stage JSON is kept beside it as an audit row without usage;
 - every other stage output (intent, execution, rejected attempts) -> an audit row (seq < 0).
 JSON outputs wait until the run ends (only then is it known which attempt was valid and which route
-was taken) and are written with the run's status in one statement (`engine/runs/lease/store.py`); on failure they are
+was taken) and are written with the run's status in one statement (`engine/runs/ledger/store.py`); on failure they are
 all written as audit rows, so a failed run still bills what it used.
 """
 
@@ -17,8 +17,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.llm.models import LLMResponse, UnfinishedCall
-from agent_runtime.engine.messages.metadata import (
+from agent_runtime.engine.conversation.metadata import (
     AssistantOutputMetadata,
     AuditMetadata,
     BillingFields,
@@ -26,8 +25,9 @@ from agent_runtime.engine.messages.metadata import (
     ToolCallSpec,
     ToolResultMetadata,
 )
-from agent_runtime.engine.messages.models import NewMessage, StoredMessage, unfinished_call_row
-from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage, StoredMessage, unfinished_call_row
+from agent_runtime.engine.llm.models import LLMResponse, UnfinishedCall
 
 
 class StageOutput(BaseModel):

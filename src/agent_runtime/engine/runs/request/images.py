@@ -21,10 +21,10 @@ from uuid import uuid4
 import ag_ui.core as agui
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent_runtime.engine.conversation.chat_messages import ImageAttachment, UserMessage
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.llm.vision import image_models
-from agent_runtime.engine.memory.messages import ImageAttachment, UserMessage
 from agent_runtime.settings import Settings
 
 ImageMime = Literal["image/jpeg", "image/png", "image/webp"]

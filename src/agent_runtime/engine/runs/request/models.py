@@ -7,8 +7,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from agent_runtime.engine.conversation.chat_messages import ToolMessage, UserMessage
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
-from agent_runtime.engine.memory.messages import ToolMessage, UserMessage
 from agent_runtime.engine.runs.request.frontend_tools import FrontendTool
 from agent_runtime.engine.runs.request.images import ImageInput
 from agent_runtime.engine.text import ClientText

@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from agent_runtime.engine.conversation.chat_messages import ToolMessage
 from agent_runtime.engine.errors import ConflictError, ErrorDetail, ValidationFailedError
 from agent_runtime.engine.flow.tools import Tool
-from agent_runtime.engine.memory.messages import ToolMessage
 from agent_runtime.engine.runs.request.approval import read_approval
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingCall, PendingTurn

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, ChatMetadata
+from agent_runtime.engine.conversation.postgres import to_new_message
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.errors import ErrorDetail, ValidationFailedError
-from agent_runtime.engine.memory.messages import ChatMessage, ChatMetadata
-from agent_runtime.engine.memory.postgres import to_new_message
-from agent_runtime.engine.messages.models import NewMessage
 from agent_runtime.engine.runs.request.images import ImagePolicy, check_message_images
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.plan import TurnPlan

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from agent_runtime.engine.memory.messages import (
+from agent_runtime.engine.conversation.chat_messages import (
     TURN_SEPARATOR,
     ChatMessage,
     UserMessage,
     merge_consecutive_users,
     user_text,
 )
-from agent_runtime.engine.memory.summary import SUMMARY_ID_PREFIX
+from agent_runtime.engine.conversation.summary import SUMMARY_ID_PREFIX
 
 
 class ModelTurn(BaseModel):

@@ -1,7 +1,7 @@
 """Long-term memories in what the model sees: recalled by meaning before the flow, shown as an escaped data block
 at the end of the turn's user message, after the cached prefix (the system prompt and the history).
 
-Every earlier turn of the session keeps the block it was shown (engine/memories: user_memory_recalls), so each
+Every earlier turn of the session keeps the block it was shown (engine/user_memories: user_memory_recalls), so each
 turn's requests start with the previous turn's byte for byte and the provider's prefix cache still hits; only a
 memory updated or deleted since changes an old turn's block (a deleted one disappears from it).
 """
@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from uuid import UUID
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.messages.models import NewMessage
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, UserMessage
+from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.turn.history import split_turn
+from agent_runtime.engine.user_memories.service import MemoryService
 
 
 async def with_recalled_memories(

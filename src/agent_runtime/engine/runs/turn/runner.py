@@ -18,6 +18,11 @@ import asyncpg
 from pydantic import JsonValue
 
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.conversation.chat_messages import ChatMessage, UserMessage
+from agent_runtime.engine.conversation.run_memory import run_history
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.conversation.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
@@ -34,14 +39,6 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
 from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
 from agent_runtime.engine.llm.vision import image_models
-from agent_runtime.engine.memories.extraction import EXTRACTION_STAGE, ExtractionTask
-from agent_runtime.engine.memories.models import TurnFacts
-from agent_runtime.engine.memories.service import MemoryService
-from agent_runtime.engine.memory.messages import ChatMessage, UserMessage
-from agent_runtime.engine.memory.run_memory import run_history
-from agent_runtime.engine.memory.summarizer import SUMMARY_STAGE, SummaryCall
-from agent_runtime.engine.messages.models import NewMessage
-from agent_runtime.engine.messages.store import MessageStore
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.state import RunStateTracker
@@ -56,6 +53,9 @@ from agent_runtime.engine.runs.turn.resume import run_decisions
 from agent_runtime.engine.runs.turn.suspension import suspension
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.usage.models import UsageTotals
+from agent_runtime.engine.user_memories.extraction import EXTRACTION_STAGE, ExtractionTask
+from agent_runtime.engine.user_memories.models import TurnFacts
+from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.settings import Settings
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class TurnRunner:
             toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
         system_prompt = build_global_system_prompt(agent_ctx, self._templates)
-        # The session's memory window (engine/memory/run_memory.py), this turn's messages included.
+        # The session's memory window (engine/conversation/run_memory.py), this turn's messages included.
         window = await run_history(
             settings=self._settings,
             pool=self._pool,

@@ -13,9 +13,9 @@ from uuid import uuid4
 
 from pydantic import BaseModel
 
+from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.tools import Tool
-from agent_runtime.engine.messages.metadata import ToolCallSpec
 from agent_runtime.engine.runs.events.types import PendingInterrupt
 from agent_runtime.engine.runs.request.pending import CallKind, PendingCall, PendingTurn
 

@@ -5,22 +5,22 @@ from __future__ import annotations
 from uuid import UUID
 
 from agent_runtime.engine.context import RequestContext
-from agent_runtime.engine.memory.messages import (
+from agent_runtime.engine.conversation.chat_messages import (
     AssistantMessage,
     ChatMessage,
     SystemMessage,
     ToolMessage,
     UserMessage,
 )
-from agent_runtime.engine.messages.metadata import (
+from agent_runtime.engine.conversation.metadata import (
     AssistantOutputMetadata,
     SystemMetadata,
     ToolCallMetadata,
     ToolResultMetadata,
     UserInputMetadata,
 )
-from agent_runtime.engine.messages.models import StoredMessage
-from agent_runtime.engine.messages.store import MessageStore
+from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.conversation.stored_messages import StoredMessage
 
 # As many as one page of `GET /v1/sessions/{id}/messages` can hold (limit <= 100), so a snapshot always
 # equals one page of that list; a longer thread's older messages are read from the list endpoint.

@@ -1,0 +1,136 @@
+"""Memories in PostgreSQL: written, listed, searched, recalled and deleted, always as one owner's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+import asyncpg
+
+from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.errors import NotFoundError
+from agent_runtime.engine.user_memories.embeddings import Embedder, Embeddings, vector_literal
+from agent_runtime.engine.user_memories.models import Memory, MemoryPage, RecalledMemory
+from agent_runtime.engine.user_memories.repository import (
+    COUNT_SQL,
+    DELETE_ALL_SQL,
+    DELETE_SQL,
+    FORGET_SQL,
+    INSERT_SQL,
+    LIST_SQL,
+    RECALL_SQL,
+    RECORD_RECALL_SQL,
+    SEARCH_SQL,
+    UPDATE_SQL,
+    row_to_memory,
+    row_to_recalled,
+)
+
+
+def memory_not_found(memory_id: UUID) -> NotFoundError:
+    return NotFoundError(f"memory {memory_id} not found")
+
+
+def _like_pattern(q: str) -> str:
+    escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass(frozen=True)
+class Recall:
+    """One recall: the top memories by meaning, and what the session's earlier turns were shown (by message id)."""
+
+    hits: list[RecalledMemory]
+    past: dict[str, list[str]]
+    embedding: Embeddings
+
+
+class MemoryStore:
+    def __init__(self, pool: asyncpg.Pool, embedder: Embedder) -> None:
+        self._pool = pool
+        self.embedder = embedder
+
+    async def add(
+        self, ctx: RequestContext, text: str, *, sources: Sequence[str], session_id: UUID | None, vector: list[float]
+    ) -> Memory:
+        row = await self._pool.fetchrow(
+            INSERT_SQL, ctx.user_id, text, list(sources), session_id, vector_literal(vector), self.embedder.model
+        )
+        return row_to_memory(row)
+
+    async def update(
+        self,
+        ctx: RequestContext,
+        memory_id: UUID,
+        text: str,
+        *,
+        sources: Sequence[str],
+        session_id: UUID | None,
+        vector: list[float],
+    ) -> Memory | None:
+        row = await self._pool.fetchrow(
+            UPDATE_SQL,
+            ctx.user_id,
+            memory_id,
+            text,
+            list(sources),
+            session_id,
+            vector_literal(vector),
+            self.embedder.model,
+        )
+        return row_to_memory(row) if row is not None else None
+
+    async def delete(self, ctx: RequestContext, memory_id: UUID) -> None:
+        if await self._pool.fetchval(DELETE_SQL, ctx.user_id, memory_id) is None:
+            raise memory_not_found(memory_id)
+
+    async def delete_quietly(self, ctx: RequestContext, memory_id: UUID) -> bool:
+        return await self._pool.fetchval(DELETE_SQL, ctx.user_id, memory_id) is not None
+
+    async def delete_all(self, ctx: RequestContext) -> int:
+        status: str = await self._pool.execute(DELETE_ALL_SQL, ctx.user_id)
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def page(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None) -> MemoryPage:
+        """The owner's memories, newest first; with `q`, text matches first, then by meaning."""
+        embedding = await self.embedder.embed([q], "query") if q else None
+        async with self._pool.acquire() as conn:
+            total = await conn.fetchval(COUNT_SQL, ctx.user_id)
+            if embedding is None or q is None:
+                rows = await conn.fetch(LIST_SQL, ctx.user_id, limit, offset)
+            else:
+                rows = await conn.fetch(
+                    SEARCH_SQL,
+                    ctx.user_id,
+                    _like_pattern(q),
+                    vector_literal(embedding.vectors[0]),
+                    self.embedder.model,
+                    limit,
+                    offset,
+                )
+        return MemoryPage(items=[row_to_memory(r) for r in rows], total=total, limit=limit, offset=offset)
+
+    async def recall(self, ctx: RequestContext, text: str, *, k: int, session_id: UUID | None) -> Recall:
+        embedding = await self.embedder.embed([text], "query")
+        rows = await self._pool.fetch(
+            RECALL_SQL, ctx.user_id, vector_literal(embedding.vectors[0]), self.embedder.model, k, session_id
+        )
+        hits = [row_to_recalled(r) for r in rows if r["kind"] == "hit"]
+        past: dict[str, list[str]] = {}
+        for row in sorted((r for r in rows if r["kind"] == "past"), key=lambda r: r["rank"]):
+            past.setdefault(row["message_id"], []).append(row["text"])
+        return Recall(hits=hits, past=past, embedding=embedding)
+
+    async def record_recall(
+        self, ctx: RequestContext, session_id: UUID, message_id: str, memory_ids: Sequence[UUID]
+    ) -> None:
+        if memory_ids:
+            await self._pool.execute(RECORD_RECALL_SQL, ctx.user_id, session_id, message_id, list(memory_ids))
+
+    async def forget(self, ctx: RequestContext, what: str, *, min_similarity: float, limit: int) -> list[str]:
+        embedding = await self.embedder.embed([what], "query")
+        rows = await self._pool.fetch(
+            FORGET_SQL, ctx.user_id, vector_literal(embedding.vectors[0]), self.embedder.model, min_similarity, limit
+        )
+        return [r["text"] for r in rows]

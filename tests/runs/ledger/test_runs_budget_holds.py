@@ -1,0 +1,149 @@
+"""Budgets as reservations (migrations/0009, engine/runs/ledger/reservation.py): a run is admitted only if its
+first hold fits beside what the user spent and what their runs in progress hold; the hold shows in GET /v1/usage
+while the run runs and is settled to the stored costs when it ends; a hold that must grow past the budget ends
+the run with `budget_exceeded` before the call is sent; a run whose process died is charged its hold less what it
+stored, until its process stores its rows after all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID, uuid4
+
+from tests.conftest import User
+from tests.runs.conftest import PEAK_TIME, Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
+from tests.stubs.deepseek_stub import StubReply
+
+from agent_runtime.engine.conversation.metadata import UserInputMetadata
+from agent_runtime.engine.conversation.stored_messages import NewMessage
+from agent_runtime.engine.runs.agui.mapper import log_endings
+from agent_runtime.engine.runs.ledger.reservation import RunReservation
+from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
+
+EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
+
+
+def chunk_of(h: Harness) -> Decimal:
+    return RunReservation(h.engine.settings, h.engine.templates, clock=lambda: PEAK_TIME).chunk()
+
+
+def next_midnight() -> str:
+    now = datetime.now(UTC)
+    day = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+    return day.isoformat().replace("+00:00", "Z")
+
+
+async def daily_budget(h: Harness, user: User) -> dict[str, Any]:
+    budgets: list[dict[str, Any]] = (await h.client.get("/v1/usage", headers=user.headers)).json()["budgets"]
+    return budgets[0]
+
+
+async def test_a_run_is_admitted_only_if_its_hold_fits_and_the_hold_settles_to_what_it_cost(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness() as probe:
+        chunk = chunk_of(probe)
+    # The default tasks and window, priced at the dearest model of the chain (deepseek-v4-pro, at peak).
+    assert chunk == (8_000 * Decimal(9) + 2_048 * Decimal(27)) / 1_000_000
+    budget = chunk * Decimal("2.5")
+    async with make_harness(user_daily_budget_cny=budget) as h:
+        user = make_user()
+        sessions = [await h.new_session(user) for _ in range(3)]
+        hold = h.stub.hold_replies()
+        h.stub.responder = lambda request: intent_direct("held", usage=usage(1000, 200))
+        first = [asyncio.create_task(h.run(user, sid, "go")) for sid in sessions[:2]]
+        async with asyncio.timeout(30):
+            await h.stub.wait_for_requests(2)
+
+        refused = await h.run(user, sessions[2], "one too many")
+        assert refused.status == 402, refused.body
+        error = json.loads(refused.body)["error"]
+        day = next_midnight()
+        left = budget - 2 * chunk
+        assert error["code"] == "budget_exceeded"
+        assert error["message"] == (
+            f"your daily budget of {budget.normalize():f} CNY has {left.normalize():f} CNY left "
+            f"(0 spent, {(2 * chunk).normalize():f} held by runs in progress), and a run may cost up to "
+            f"{chunk.normalize():f}; it resets at {day}"
+        )
+        assert await daily_budget(h, user) == {
+            "budget": "daily",
+            "limit": money(budget),
+            "spent": money(Decimal(0)),
+            "reserved": money(2 * chunk),
+            "remaining": money(left),
+            "resets_at": day,
+        }
+
+        await hold.release()
+        assert [types(r.events)[-1] for r in await asyncio.gather(*first)] == ["RUN_FINISHED"] * 2
+        cost = cny_cost(1000, 200)
+        assert await daily_budget(h, user) == {
+            "budget": "daily",
+            "limit": money(budget),
+            "spent": money(2 * cost),
+            "reserved": money(Decimal(0)),
+            "remaining": money(budget - 2 * cost),
+            "resets_at": day,
+        }
+        again = await h.run(user, sessions[2], "now it fits")
+        assert types(again.events)[-1] == "RUN_FINISHED", again.body
+
+
+async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the_call_is_sent(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness() as probe:
+        chunk = chunk_of(probe)
+    # Room for the first hold and not a grain more: the first call that the hold does not cover is refused.
+    async with make_harness(user_daily_budget_cny=chunk) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        # Every answer breaks the intent contract: each repair is another call, with a longer prompt.
+        h.stub.responder = lambda request: StubReply(content="not json", usage=usage(1000, 200))
+        result = await h.run(user, sid, "go")
+
+        assert types(result.events)[-1] == "RUN_ERROR", result.body
+        ended = result.events[-1]
+        assert ended["code"] == "budget_exceeded", ended
+        sent = len(h.stub.requests)
+        assert 1 <= sent < 1 + h.engine.settings.stage_max_json_retries  # stopped before a repair went out
+        budget = await daily_budget(h, user)
+        assert (budget["spent"], budget["reserved"]) == (money(sent * cny_cost(1000, 200)), money(Decimal(0)))
+        assert Decimal(budget["spent"]) <= chunk
+        session = (await h.client.get(f"/v1/sessions/{sid}", headers=user.headers)).json()
+        assert session["status"] == "failed"
+
+
+async def test_a_run_whose_process_died_is_charged_its_hold_until_its_process_stores_what_it_spent(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    await h.engine.runs.leases.stop()
+    user = make_user()
+    sid = UUID(await h.new_session(user))
+    hold = Decimal("0.3")
+    dead = RunStore(
+        h.engine.pool, owner="a-dead-replica", lease_seconds=30, endings=log_endings(), reserve=lambda: hold
+    )
+    turn = [NewMessage(role="user", content="lost", metadata=UserInputMetadata())]
+    started = await dead.start(user.ctx, sid, uuid4(), turn)
+    assert started is not None and started.reserved_cny == hold
+    assert ((await daily_budget(h, user))["spent"], (await daily_budget(h, user))["reserved"]) == (
+        money(Decimal(0)),
+        money(hold),
+    )
+
+    await h.engine.pool.execute(EXPIRE, sid)
+    await h.engine.runs.leases.sweep_once()
+    swept = await daily_budget(h, user)
+    assert (swept["spent"], swept["reserved"]) == (money(hold), money(Decimal(0)))  # what its calls cost is unknown
+
+    # Its process was only stalled: it ends the run and stores its rows, which hold what it spent.
+    end = await dead.finish(user.ctx, started, RunEndRequest(outcome="completed", run_status="completed", rows=[]))
+    assert end.owned is False
+    settled = await daily_budget(h, user)
+    assert (settled["spent"], settled["reserved"]) == (money(Decimal(0)), money(Decimal(0)))
