@@ -23,6 +23,13 @@ class ModelCall(BaseModel):
     tools: list[ToolSchema] | None = Field(default=None, description="The tools the stage offers.")
     json_mode: bool = Field(default=False, description='Send response_format {"type": "json_object"}.')
     stage: str
+    route: str | None = Field(
+        default=None, description="The turn's route, once the call's stage implies one (the run state shows it)."
+    )
+    streams_answer: bool = Field(default=False, description="The reply's assistant_text is the turn's answer: stream.")
+    answer_route: str | None = Field(
+        default=None, description="Stream the answer only when the reply takes this route (None: any)."
+    )
     attempt: int = Field(default=0, ge=0, description="0 for the first try, n for the n-th JSON repair.")
     max_tokens: int | None = Field(default=None, ge=1, description="The stage's output-token cap (its YAML task).")
     allow_tools: bool = Field(

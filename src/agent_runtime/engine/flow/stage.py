@@ -47,8 +47,8 @@ MAX_REPEATED_TOOL_CALLS = 5
 
 @dataclass(frozen=True)
 class StageSpec(Generic[ContractT]):
-    """What a stage is: its contract, its calls' output cap (its YAML task), its tools, and its limits. `role` (the
-    YAML agent's) names it when it goes round in circles."""
+    """What a stage is: its contract, its calls' output cap (its YAML task), its tools, its limits, and what of its
+    answer the client sees. `role` (the YAML agent's) names it when it goes round in circles."""
 
     stage: StageName
     contract: type[ContractT]
@@ -57,6 +57,11 @@ class StageSpec(Generic[ContractT]):
     tools: StageTools | None = None
     max_json_retries: int = 2
     max_tool_iterations: int = MAX_TOOL_ITERATIONS
+    # Which route the stage belongs to (None: not decided yet), and whether its answer is the turn's answer, streamed
+    # (on `answer_route` only, when set).
+    route: str | None = None
+    streams_answer: bool = False
+    answer_route: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,9 @@ def _call(
         tools=offered,
         json_mode=True,
         stage=spec.stage,
+        route=spec.route,
+        streams_answer=spec.streams_answer,
+        answer_route=spec.answer_route,
         attempt=attempt,
         max_tokens=spec.max_tokens,
         # A repair asks for the answer alone: offered the tools again, a model that answered in prose after a tool

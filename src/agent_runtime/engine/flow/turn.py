@@ -31,6 +31,8 @@ _FLOW_MODULE = "agent_runtime.engine.flow.crewai.flow"
 
 RESUMED_STAGE: Final = "execution"
 """The stage a turn that stopped for tool calls goes on in: the only one that may call tools."""
+RESUMED_ROUTE: Final = "NEEDS_EXECUTION"
+"""The route of a turn that goes on in `RESUMED_STAGE`."""
 
 
 class TurnInput(BaseModel):

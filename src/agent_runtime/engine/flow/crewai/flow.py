@@ -46,6 +46,22 @@ require_crewai_env()
 from crewai.flow.flow import Flow, FlowState, listen, router, start  # noqa: E402
 
 Route = Literal["DIRECT_EXECUTION", "NEEDS_EXECUTION"]
+
+
+@dataclass(frozen=True)
+class _Answering:
+    """What of a stage the client sees: the route it belongs to, and whether (and on which route) its answer is the
+    turn's answer, streamed."""
+
+    route: Route | None = None
+    streams_answer: bool = False
+    answer_route: Route | None = None
+
+
+# The intent stage answers only on the short-circuit; the organization stage always answers, on the long route.
+_INTENT = _Answering(streams_answer=True, answer_route="DIRECT_EXECUTION")
+_EXECUTION = _Answering(route="NEEDS_EXECUTION")
+_ORGANIZATION = _Answering(route="NEEDS_EXECUTION", streams_answer=True)
 _ContractT = TypeVar("_ContractT", bound=StageResult)
 
 
@@ -108,7 +124,7 @@ class AgentFlow(Flow[AgentFlowState]):
             return state.intent  # a resumed turn: decided by the run that stopped for approvals
         variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
         payload = build_stage_prompt_payload("intent", templates=self._require_deps().templates, variables=variables)
-        state.intent = await self._stage(payload, IntentResult, self._turn_start())
+        state.intent = await self._stage(payload, IntentResult, self._turn_start(), _INTENT)
         return state.intent
 
     @router(intent)
@@ -135,7 +151,7 @@ class AgentFlow(Flow[AgentFlowState]):
         )
         payload = build_stage_prompt_payload("execution", templates=self._require_deps().templates, variables=variables)
         messages = [*self._after("intent"), {"role": "user", "content": payload.request}, *state.continuation]
-        state.execution = await self._stage(payload, ExecutionResult, messages)
+        state.execution = await self._stage(payload, ExecutionResult, messages, _EXECUTION)
         return state.execution
 
     @listen(execution)
@@ -151,7 +167,7 @@ class AgentFlow(Flow[AgentFlowState]):
         templates = self._require_deps().templates
         payload = build_stage_prompt_payload("organization", templates=templates, variables=variables)
         messages = [*self._after("execution"), {"role": "user", "content": payload.request}]
-        state.organization = await self._stage(payload, OrganizationResult, messages)
+        state.organization = await self._stage(payload, OrganizationResult, messages, _ORGANIZATION)
         state.assistant_text = state.organization.assistant_text
         return state.assistant_text
 
@@ -172,7 +188,7 @@ class AgentFlow(Flow[AgentFlowState]):
         return [*self._turn_start(), {"role": "assistant", "content": intent.model_dump_json()}]
 
     async def _stage(
-        self, payload: StagePromptPayload, contract: type[_ContractT], messages: list[WireTurn]
+        self, payload: StagePromptPayload, contract: type[_ContractT], messages: list[WireTurn], answering: _Answering
     ) -> _ContractT:
         deps = self._require_deps()
         task = deps.templates.stage(payload.stage).task
@@ -190,6 +206,9 @@ class AgentFlow(Flow[AgentFlowState]):
             tools=tools,
             max_json_retries=deps.max_json_retries,
             max_tool_iterations=deps.max_tool_iterations,
+            route=answering.route,
+            streams_answer=answering.streams_answer,
+            answer_route=answering.answer_route,
         )
         with stage_observed(payload.stage):
             answer = await run_stage(spec, messages, deps.call_model)

@@ -28,9 +28,6 @@ from agent_runtime.engine.runs.gateway.partial_text import AssistantTextExtracto
 from agent_runtime.engine.runs.gateway.recorder import RunRecorder, StageOutput, ToolResultRecord
 from agent_runtime.observability.runs import current_run
 
-# Stages whose output may be the user-facing answer; they stream so the answer appears token by token.
-ANSWER_STAGES = {"intent": "DIRECT_EXECUTION", "organization": None}
-
 
 class _AnswerMessage:
     """The answer's AG-UI text message: what was streamed under its id is always a prefix of the answer.
@@ -137,18 +134,15 @@ class RunGateway:
             self._events.step_finished(self._stage)
             self._stage = None
 
-    def enter_stage(self, stage: str) -> None:
-        """Open `stage` before its first model call (a resumed turn's tool results belong to its stage)."""
-        self._enter(stage)
-
-    def _enter(self, stage: str) -> None:
+    def enter_stage(self, stage: str, route: str | None = None) -> None:
+        """Open `stage` before its first model call (a resumed turn's tool results belong to its stage); `route`: the
+        turn's route, when the stage implies one."""
         if stage != self._stage:
             self.finish_stage()
             self._stage = stage
             self._events.step_started(stage)
             if self._state is not None:
-                route = {"route": "NEEDS_EXECUTION"} if stage == "execution" else {}
-                self._state.update(stage=stage, **route)
+                self._state.update(stage=stage, **({"route": route} if route is not None else {}))
 
     def show_images(self, window: Sequence[ChatMessage], accepted: frozenset[str]) -> None:
         """The images the run's calls may carry: those of the window's user messages (the run's own session, read
@@ -176,7 +170,7 @@ class RunGateway:
             # model from calling a tool. With tool_choice "none" it cannot call one anyway.
             json_mode=call.json_mode and not may_call_tools,
             max_tokens=call.max_tokens,
-            stream=call.stage in ANSWER_STAGES,
+            stream=call.streams_answer,
             thinking=options.thinking,
             reasoning_effort=options.reasoning_effort,
             end_user=self._end_user,
@@ -200,7 +194,7 @@ class RunGateway:
 
     async def _call(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
-        self._enter(call.stage)
+        self.enter_stage(call.stage, call.route)
         request = self.request(call)
         if self.hold is not None:
             await self.hold(request)
@@ -212,7 +206,7 @@ class RunGateway:
         if request.stream:
             # One extractor per attempt (a retried call starts a new one): its text is this attempt's
             # assistant_text so far.
-            route = ANSWER_STAGES[call.stage]
+            route = call.answer_route
             extractor = AssistantTextExtractor(required_route=route)
 
             def on_reasoning(text: str) -> None:

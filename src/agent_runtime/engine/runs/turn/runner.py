@@ -27,6 +27,7 @@ from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
 from agent_runtime.engine.flow.turn import (
+    RESUMED_ROUTE,
     RESUMED_STAGE,
     AgentConfig,
     TurnAnswered,
@@ -169,7 +170,7 @@ class TurnRunner:
         )
         pending = job.plan.pending if job.plan.continues else None
         if pending is not None:
-            gateway.enter_stage(RESUMED_STAGE)
+            gateway.enter_stage(RESUMED_STAGE, RESUMED_ROUTE)
             toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
         system_prompt = build_global_system_prompt(agent_ctx, self._templates)
