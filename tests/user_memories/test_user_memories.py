@@ -191,3 +191,33 @@ def test_a_memory_is_a_short_third_person_fact() -> None:
 def test_the_demo_model_reads_the_markers_the_engine_writes() -> None:
     assert (demo_memories.RECALL_BLOCK_START, demo_memories.RECALL_BLOCK_END) == (RECALL_BLOCK_START, RECALL_BLOCK_END)
     assert (demo_memories.TURN_BLOCK_START, demo_memories.TURN_BLOCK_END) == (TURN_BLOCK_START, TURN_BLOCK_END)
+
+
+async def test_a_user_without_memories_costs_no_embedding_and_a_turns_text_is_embedded_once(
+    mh: Harness, make_user: Callable[[], User]
+) -> None:
+    store = mh.engine.memories.store
+    embedder = store.embedder
+    asked: list[tuple[str, list[str]]] = []
+
+    class Counting:
+        model = embedder.model
+
+        async def embed(self, texts: list[str], purpose: Any) -> Any:
+            asked.append((purpose, list(texts)))
+            return await embedder.embed(texts, purpose)
+
+        def close(self) -> None:
+            embedder.close()
+
+    store.embedder = Counting()  # type: ignore[assignment]
+    user = make_user()
+    await say(mh, user, "What is the capital of France?")
+    assert asked == []  # nothing to recall: no search, and the extraction has no known memory to look for
+    await say(mh, user, "Hi! My name is Alice.")
+    assert asked == [("passage", ["The user's name is Alice."])]  # the new fact, stored with its vector
+    asked.clear()
+    reply = await say(mh, user, "What is my name?")
+    assert "The user's name is Alice." in reply
+    # Recalled by the turn's text, which the extraction's look for related memories then reuses.
+    assert asked == [("query", ["What is my name?"])]

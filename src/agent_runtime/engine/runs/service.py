@@ -191,6 +191,7 @@ class RunService:
             client_state=started.client_state,
             events=events,
             state=RunStateTracker(events, str(started.run_id)),
+            has_memories=started.has_memories,
         )
         job = RunJob(ctx, started, turn, stream.log)
         self._jobs[started.run_id] = job

@@ -108,7 +108,7 @@ class MemoryExtractor:
     ) -> Applied:
         """Apply what the turn teaches. The audit rows of its calls are appended to `rows` as each call is made,
         so the caller stores what was spent even when a later step fails."""
-        recall = await self._store.recall(ctx, facts.user_text, k=self._k, session_id=None)
+        recall = await self._store.recall(ctx, facts.user_text, k=self._k, session_id=None, searched=facts.had_memories)
         rows += embedding_rows(recall.embedding.cost_cny, recall.embedding.input_tokens, self._store, facts.run_id)
         extraction = await self._ask(facts, recall.hits, rows, end_user=end_user)
         if extraction is None:

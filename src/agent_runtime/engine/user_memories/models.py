@@ -67,3 +67,5 @@ class TurnFacts(BaseModel):
     user_message_ids: list[str]
     answer_text: str
     answer_message_id: str | None
+    # The user had memories when the run started: the extraction looks for the related ones (else there are none).
+    had_memories: bool = True

@@ -93,10 +93,14 @@ class MemoryService:
         return memories_enabled(self._settings, profile)
 
     # -- before a run --------------------------------------------------------------------------------
-    async def recall(self, ctx: RequestContext, session_id: UUID, text: str, *, message_id: str) -> TurnRecall:
+    async def recall(
+        self, ctx: RequestContext, session_id: UUID, text: str, *, message_id: str, searched: bool = True
+    ) -> TurnRecall:
         """The top memories for `text` within USER_MEMORIES_RECALL_K and _MAX_TOKENS, noted as shown to the turn
-        `message_id` (its last user message), and what the session's earlier turns were shown."""
-        found = await self.store.recall(ctx, text, k=self._settings.user_memories_recall_k, session_id=session_id)
+        `message_id` (its last user message), and what the session's earlier turns were shown. `searched=False`:
+        the user has no memory (MemoryStore.recall)."""
+        k = self._settings.user_memories_recall_k
+        found = await self.store.recall(ctx, text, k=k, session_id=session_id, searched=searched)
         budget = self._settings.user_memories_recall_max_tokens
         floor = (found.hits[0].similarity if found.hits else 0.0) - self._settings.user_memories_recall_margin
         hits: list[RecalledMemory] = []

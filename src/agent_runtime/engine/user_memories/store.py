@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
@@ -46,10 +47,27 @@ class Recall:
     embedding: Embeddings
 
 
+# A turn's text is embedded twice, seconds apart: its recall, then its extraction's look for related memories.
+_REMEMBERED_QUERIES = 256
+
+
 class MemoryStore:
     def __init__(self, pool: asyncpg.Pool, embedder: Embedder) -> None:
         self._pool = pool
         self.embedder = embedder
+        self._queries: OrderedDict[str, list[float]] = OrderedDict()
+
+    async def _query_vector(self, text: str) -> Embeddings:
+        """The query's embedding; a text embedded lately is not embedded (nor billed) again."""
+        vector = self._queries.get(text)
+        if vector is not None:
+            self._queries.move_to_end(text)
+            return Embeddings(model=self.embedder.model, vectors=[vector])
+        embedding = await self.embedder.embed([text], "query")
+        self._queries[text] = embedding.vectors[0]
+        if len(self._queries) > _REMEMBERED_QUERIES:
+            self._queries.popitem(last=False)
+        return embedding
 
     async def add(
         self, ctx: RequestContext, text: str, *, sources: Sequence[str], session_id: UUID | None, vector: list[float]
@@ -111,16 +129,18 @@ class MemoryStore:
                 )
         return MemoryPage(items=[row_to_memory(r) for r in rows], total=total, limit=limit, offset=offset)
 
-    async def recall(self, ctx: RequestContext, text: str, *, k: int, session_id: UUID | None) -> Recall:
-        embedding = await self.embedder.embed([text], "query")
+    async def recall(
+        self, ctx: RequestContext, text: str, *, k: int, session_id: UUID | None, searched: bool = True
+    ) -> Recall:
+        """`searched=False`: the user had no memory when the run started (its start statement says): nothing to
+        embed, search or show again (an earlier turn's block lists memories that exist, and there are none)."""
+        if not searched:
+            return Recall(hits=[], past={}, embedding=Embeddings(model=self.embedder.model, vectors=[]))
+        embedding = await self._query_vector(text)
         rows = await self._pool.fetch(
             RECALL_SQL, ctx.user_id, vector_literal(embedding.vectors[0]), self.embedder.model, k, session_id
         )
-        hits = [row_to_recalled(r) for r in rows if r["kind"] == "hit"]
-        past: dict[str, list[str]] = {}
-        for row in sorted((r for r in rows if r["kind"] == "past"), key=lambda r: r["rank"]):
-            past.setdefault(row["message_id"], []).append(row["text"])
-        return Recall(hits=hits, past=past, embedding=embedding)
+        return _recall(rows, embedding)
 
     async def record_recall(
         self, ctx: RequestContext, session_id: UUID, message_id: str, memory_ids: Sequence[UUID]
@@ -134,3 +154,11 @@ class MemoryStore:
             FORGET_SQL, ctx.user_id, vector_literal(embedding.vectors[0]), self.embedder.model, min_similarity, limit
         )
         return [r["text"] for r in rows]
+
+
+def _recall(rows: Sequence[asyncpg.Record], embedding: Embeddings) -> Recall:
+    hits = [row_to_recalled(r) for r in rows if r["kind"] == "hit"]
+    past: dict[str, list[str]] = {}
+    for row in sorted((r for r in rows if r["kind"] == "past"), key=lambda r: r["rank"]):
+        past.setdefault(row["message_id"], []).append(row["text"])
+    return Recall(hits=hits, past=past, embedding=embedding)

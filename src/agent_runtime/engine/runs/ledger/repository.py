@@ -129,7 +129,9 @@ WITH started AS (
     {INSERT_ROWS_SQL}
     FROM {incoming_rows_sql(9)} CROSS JOIN started c
 )
-SELECT s.*, (SELECT to_jsonb(p) FROM profiles p WHERE p.user_id = $2) AS profile FROM started s
+SELECT s.*, (SELECT to_jsonb(p) FROM profiles p WHERE p.user_id = $2) AS profile,
+       EXISTS (SELECT 1 FROM user_memories m WHERE m.user_id = $2) AS has_memories
+  FROM started s
 """
 
 FINISH_SQL = f"""

@@ -75,6 +75,7 @@ class StartedRun(BaseModel):
     profile: Profile
     client_state: dict[str, JsonValue] | None = Field(default=None, description="The session's AG-UI state.")
     reserved_cny: Decimal = Field(default=Decimal(0), description="What the run holds against the user's budgets.")
+    has_memories: bool = Field(default=False, description="The user has long-term memories (nothing to recall else).")
 
 
 class RunEnd(BaseModel):
@@ -206,6 +207,7 @@ class RunStore:
             profile=profile,
             client_state=row["client_state"],
             reserved_cny=reserved,
+            has_memories=row["has_memories"],
         )
 
     async def grow_hold(self, ctx: RequestContext, session_id: UUID, run_id: UUID, amount: Decimal) -> None:

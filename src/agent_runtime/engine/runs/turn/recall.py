@@ -24,14 +24,16 @@ async def with_recalled_memories(
     session_id: UUID,
     window: Sequence[ChatMessage],
     record: Callable[[NewMessage], None],
+    *,
+    has_memories: bool,
 ) -> list[ChatMessage]:
     """The window with each user message followed by the memories its turn was shown (this turn's: recalled
-    now, by the turn's text)."""
+    now, by the turn's text; nothing when the user has none)."""
     last = max((i for i, m in enumerate(window) if isinstance(m, UserMessage)), default=None)
     if last is None:
         return list(window)
     request = split_turn(window).request
-    recall = await memories.recall(ctx, session_id, request, message_id=window[last].id)
+    recall = await memories.recall(ctx, session_id, request, message_id=window[last].id, searched=has_memories)
     for row in recall.rows:
         record(row)
     shown: list[ChatMessage] = []

@@ -76,6 +76,8 @@ class TurnJob:
     client_state: dict[str, JsonValue] | None
     events: RunEvents
     state: RunStateTracker
+    # The user had long-term memories when the run started (its start statement says).
+    has_memories: bool = False
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,9 @@ class TurnRunner:
         remembers = self._memories.enabled(profile.settings)
         stored_request = split_turn(window).request  # the turn as the user wrote it, without recalled memories
         if remembers:
-            window = await with_recalled_memories(self._memories, job.ctx, job.session_id, window, recorder.queue_row)
+            window = await with_recalled_memories(
+                self._memories, job.ctx, job.session_id, window, recorder.queue_row, has_memories=job.has_memories
+            )
         gateway.show_images(window, image_models(self._settings))
         turn = split_turn(window)
         user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
@@ -250,6 +254,7 @@ class TurnRunner:
             user_message_ids=[m.id for m in window if isinstance(m, UserMessage)][-1:],
             answer_text=outcome.assistant_text,
             answer_message_id=answer_message_id,
+            had_memories=job.has_memories,
         )
 
     def remember(self, job: TurnJob, result: TurnResult) -> None:
