@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -31,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import load_kit
 from load_kit import (
+    REMEMBER_TEXT,
     Run,
     Server,
     Session,
@@ -350,13 +354,30 @@ async def warm_up(http: aiohttp.ClientSession, targets: list[Target], args: argp
         for _ in range(1 if target.peer else args.warm_turns):
             semaphore = asyncio.Semaphore(args.clients)
 
-            async def one(session: Session, target: Target = target, semaphore: asyncio.Semaphore = semaphore) -> Run:
+            # With --remember each of our users first tells a fact, which long-term memories keep (when on): its
+            # later turns then recall it by meaning, as a returning user's do.
+            text = f"{REMEMBER_TEXT} {text_for(0.0)}" if args.remember and not target.peer else text_for(0.0)
+
+            async def one(
+                session: Session, target: Target = target, semaphore: asyncio.Semaphore = semaphore, text: str = text
+            ) -> Run:
                 async with semaphore:
-                    return await target.run(http, session, text_for(0.0))
+                    return await target.run(http, session, text)
 
             runs = await asyncio.gather(*(one(s) for s in sessions))
             if not all(r.ok for r in runs):
                 raise SystemExit(f"warm-up failed on {target.name}: {_failures(list(runs))}")
+
+
+# What the libraries we must use take by being imported: the floor our RSS is compared with (issue 30).
+FLOOR_MODULES = ("litellm", "crewai", "fastapi", "asyncpg", "uvicorn")
+
+
+def import_floor_mb() -> float:
+    code = f"import {', '.join(FLOOR_MODULES)}; print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return int(done.stdout.split()[-1]) / 1024
 
 
 def _rss(targets: list[Target]) -> dict[str, float]:
@@ -397,13 +418,16 @@ async def main(args: argparse.Namespace) -> None:
             if args.sweep:
                 await phase_in_flight(http, ours, args)
             rss_end = _rss(targets)
+            floor = import_floor_mb()
             print("\n### RSS (MB): at start / after warm-up / at the end; growth per 100 runs after warm-up")
+            print(f'(the import floor, `python -c "import {", ".join(FLOOR_MODULES)}"`: {floor:.0f} MB)')
             for t in targets:
                 runs = t.completed - runs0[t.name]
                 per100 = (rss_end[t.name] - rss_warm[t.name]) / max(1, runs) * 100
                 print(
                     f"- {t.name}: {rss_start[t.name]:.0f} / {rss_warm[t.name]:.0f} / {rss_end[t.name]:.0f}; "
-                    f"{per100:+.2f} MB per 100 runs ({runs} runs)"
+                    f"{per100:+.2f} MB per 100 runs ({runs} runs); "
+                    f"{rss_warm[t.name] / floor:.2f}x / {rss_end[t.name] / floor:.2f}x the floor"
                 )
             if args.soak:
                 await phase_soak(http, [ours], args)
@@ -445,6 +469,9 @@ if __name__ == "__main__":
     parser.add_argument("--sweep", type=_ints, default=[32, 64, 128, 200], help="our in-flight counts ('' skips)")
     parser.add_argument("--sweep-latencies", type=_floats, help="model latencies of the sweep (default: 0,--latency)")
     parser.add_argument("--warm-turns", type=int, default=4, help="warm-up runs per session (4 = peer's history)")
+    parser.add_argument(
+        "--remember", action="store_true", help="our warm-up turns tell a fact for long-term memories to keep"
+    )
     parser.add_argument("--high-limit", type=int, default=256, help="our MAX_CONCURRENT_RUNS for the waves")
     parser.add_argument("--peer-dir", type=Path, default=PEER_DIR)
     parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)

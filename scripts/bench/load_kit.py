@@ -47,6 +47,10 @@ OURS_ENV = {
 }
 
 
+# A first-person fact in a turn (engine/user_memories: worth extracting); load_stub.py's extraction keeps it.
+REMEMBER_TEXT = "[bench:remember] I live in Berlin."
+
+
 def text_for(latency: float) -> str:
     """A full-route question; the load stub reads the model latency from the marker."""
     return f"{FULL_TEXT} [lat={latency}]"

@@ -80,8 +80,11 @@ def make_responder(default_latency: float, chunk_chars: int) -> Any:
         elif "matching the OrganizationResult schema" in task:
             stage = "Stage: organization"
         if any(EXTRACTION_MARKER in content_text(m.get("content")) for m in messages if m.get("role") == "system"):
-            # Long-term memories' extraction after a turn (ours): the demo question leaves nothing to remember.
-            return StubReply(content=json.dumps({"operations": []}), delay_seconds=delay)
+            # Long-term memories' extraction after a turn (ours): the demo question leaves nothing to remember; a turn
+            # that says it lives in Berlin (load.py --remember), that.
+            remembered = "[bench:remember]" in turn
+            operations = [{"action": "add", "fact": "The user lives in Berlin."}] if remembered else []
+            return StubReply(content=json.dumps({"operations": operations}), delay_seconds=delay)
         if stage == "Stage: intent":
             content = json.dumps(INTENT_FULL if FULL in turn else INTENT_SHORT)
             return StubReply(content=content, delay_seconds=delay, chunk_chars=chunk_chars)
