@@ -554,6 +554,7 @@ async def bench(dsn: str, stub: StubProcess, args: argparse.Namespace) -> None:
     try:
         engine = resources.engine
         await engine.runs.ensure_warm()  # the warm-up: CrewAI and LiteLLM imported, the LLM client primed
+        engine.runs.start_background()  # as the service's lifespan does: the loop's default executor among it
         startup = time.perf_counter() - t0
         ctx = RequestContext(user_id=uuid.uuid4())
         seq = await sequential(engine, ctx, stub, args.runs, args.history)

@@ -91,14 +91,15 @@ def _print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
 
 
 async def _measure(path: str, runs: int, concurrency: int, latency: float, batches: int) -> dict[str, Any]:
-    from agent_runtime.engine.flow.turn import adopt_loop, load_agent
+    from agent_runtime.engine.flow.turn import is_agent_bookkeeping, load_agent
+    from agent_runtime.engine.loop_executor import install
 
     data = Path(tempfile.mkdtemp(prefix="agent-runtime-bench-orchestration-"))
     atexit.register(shutil.rmtree, data, ignore_errors=True)
     load_agent(data)
     turn = _turns(path)
     loop = asyncio.get_running_loop()
-    adopt_loop(loop)  # as the service does at start-up
+    install(loop, (is_agent_bookkeeping,))  # as the service does at start-up (the model is fake here)
     hand_offs = _count_hand_offs()
     for full in (True, False, True):  # warm-up: imports, caches, first allocations
         await turn(full, 0.0)

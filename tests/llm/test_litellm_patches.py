@@ -38,3 +38,18 @@ def test_the_stream_wrapper_keeps_the_provider_iterator_we_read() -> None:
 def test_the_tokenizer_kind_we_name_is_litellms() -> None:
     assert "huggingface_tokenizer_kind" in vars(litellm.utils)
     assert litellm.utils.huggingface_tokenizer_kind("deepseek/deepseek-flash") is not None
+
+
+def test_acompletion_builds_the_request_with_completion_on_the_loops_default_executor() -> None:
+    # Row 8: engine/llm/inline_requests.py recognises this job by name and its `acompletion=True` keyword.
+    source = inspect.getsource(litellm.main.acompletion)
+    assert "partial(completion, **completion_kwargs, **kwargs)" in source
+    assert "await loop.run_in_executor(None, func_with_context)" in source
+    assert (litellm.main.completion.__module__, litellm.main.completion.__qualname__) == ("litellm.main", "completion")
+
+
+def test_every_provider_gets_its_encoding_from_the_attribute_we_set() -> None:
+    # Row 9: `_get_encoding` reads `litellm.main.encoding`, which is ours.
+    assert "litellm_main.encoding" in inspect.getsource(litellm.main._load_module_encoding)
+    assert "_load_module_encoding()" in inspect.getsource(litellm.main._get_encoding)
+    assert isinstance(vars(litellm.main)["encoding"], litellm_import.EncodingOnFirstUse)

@@ -118,8 +118,9 @@ async def test_another_user_sees_deletes_and_recalls_none_of_them(mh: Harness, m
     assert deleted.status_code == 404 and deleted.json()["error"]["code"] == "not_found"
     assert (await mh.client.delete("/v1/memories", headers=mallory.headers)).status_code == 204
     assert texts(await memories(mh, alice)) == ["The user lives in Lisbon."]
+    await say(mh, mallory, "My dog is called Rex.")  # a memory of her own: her turns recall
     reply = await say(mh, mallory, "Where do I live?")
-    assert reply and "I remember" not in reply and "Lisbon" not in reply
+    assert "I remember:" in reply and "Rex" in reply and "Lisbon" not in reply
     assert (await mh.client.get("/v1/memories")).status_code == 401
 
 
@@ -219,5 +220,8 @@ async def test_a_user_without_memories_costs_no_embedding_and_a_turns_text_is_em
     asked.clear()
     reply = await say(mh, user, "What is my name?")
     assert "The user's name is Alice." in reply
-    # Recalled by the turn's text, which the extraction's look for related memories then reuses.
     assert asked == [("query", ["What is my name?"])]
+    asked.clear()
+    await say(mh, user, "I live in Paris.")
+    # Recalled by the turn's text, which the extraction's look for related memories then reuses; the new fact.
+    assert asked == [("query", ["I live in Paris."]), ("passage", ["The user lives in Paris."])]

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from agent_runtime.engine.flow.crewai import env as crewai_env
 
@@ -18,7 +19,8 @@ atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 from crewai.flow.flow import Flow, listen, start  # noqa: E402
 
-from agent_runtime.engine.flow.crewai.bookkeeping import BookkeepingExecutor, is_bookkeeping  # noqa: E402
+from agent_runtime.engine.flow.turn import is_agent_bookkeeping  # noqa: E402
+from agent_runtime.engine.loop_executor import InlineExecutor  # noqa: E402
 
 
 class Two(Flow[dict[str, str]]):
@@ -36,15 +38,15 @@ class Two(Flow[dict[str, str]]):
 def test_a_kickoff_sends_no_job_to_a_thread_and_other_jobs_still_go_to_one() -> None:
     threads: list[str] = []
 
-    class Counting(BookkeepingExecutor):
-        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-            if not is_bookkeeping(fn, *args):
+    class Counting(InlineExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if not self.runs_inline(fn, *args, **kwargs):
                 threads.append(repr(fn))
             return super().submit(fn, *args, **kwargs)
 
     async def main() -> tuple[object, int]:
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(Counting())
+        loop.set_default_executor(Counting((is_agent_bookkeeping,)))
         result = await Two(suppress_flow_events=True).kickoff_async()
         assert threads == []
         other = await asyncio.to_thread(threading.get_ident)

@@ -44,7 +44,7 @@ def test_an_async_tool_is_one_that_overrides_the_arun_base_tool_awaits() -> None
 
 
 def test_the_flows_bookkeeping_jobs_are_the_ones_kickoff_sends_to_a_thread() -> None:
-    # Row 7: BookkeepingExecutor recognises these by module and qualified name.
+    # Row 7: bookkeeping.is_bookkeeping recognises these by module and qualified name.
     source = inspect.getsource(flow_runtime)
     for call in (
         "await asyncio.to_thread(self._persist_method_completion, method_name)",

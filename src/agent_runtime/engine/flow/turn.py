@@ -7,7 +7,6 @@ Importing this module does not import CrewAI (seconds of CPU): `load_agent` does
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from agent_runtime.engine.flow.model_call import CallModel, EventSink, ToolCalls
 from agent_runtime.engine.flow.stage import MAX_TOOL_ITERATIONS
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
+from agent_runtime.engine.loop_executor import Job
 from agent_runtime.engine.profiles.models import UserAgentContext
 
 _FLOW_MODULE = "agent_runtime.engine.flow.crewai.flow"
@@ -91,10 +91,10 @@ def prepare_agent(data_dir: Path) -> None:
     crewai_env.configure_crewai_env(data_dir)
 
 
-def adopt_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """At start-up, on the app's loop: the CrewAI Flow's bookkeeping runs on it, not on a thread
-    (engine/flow/crewai/bookkeeping.py)."""
-    bookkeeping.install(loop)
+def is_agent_bookkeeping(job: Job) -> bool:
+    """A job the agent hands to the loop's default executor that never blocks, so it runs inline
+    (engine/loop_executor.py): the CrewAI Flow's bookkeeping (engine/flow/crewai/bookkeeping.py)."""
+    return bookkeeping.is_bookkeeping(job)
 
 
 def load_agent(data_dir: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import warnings
@@ -24,6 +25,7 @@ def load_litellm() -> ModuleType:
     litellm.suppress_debug_info = True
     _skip_litellms_own_pricing()
     _quiet_reasoning_placeholder()
+    _default_encoding_on_first_use()
     return litellm
 
 
@@ -61,3 +63,29 @@ def _skip_litellms_own_pricing() -> None:
     from litellm.litellm_core_utils.litellm_logging import Logging
 
     Logging.response_cost_calculator = _no_response_cost  # type: ignore[method-assign]
+
+
+class EncodingOnFirstUse:
+    """LiteLLM's default tiktoken encoding (`cl100k_base`), loaded when something first reads it.
+
+    LiteLLM loads it on the first DeepSeek or OpenAI call only to hand it to the provider's response parser,
+    which does not read it for these providers (usage comes with the answer; our token counts use DeepSeek's
+    own tokenizer): ~40 MB of RSS and ~0.2 s of CPU on the first call, for nothing (docs/benchmarks.md, "Load")."""
+
+    def __init__(self) -> None:
+        self._encoding: object | None = None
+
+    def __getattr__(self, name: str) -> object:
+        if self._encoding is None:
+            from litellm._lazy_imports import get_default_encoding
+
+            self._encoding = get_default_encoding()
+        return getattr(self._encoding, name)
+
+
+def _default_encoding_on_first_use() -> None:
+    """`litellm.main.encoding` is resolved by the module's `__getattr__` on first access and then cached in its
+    namespace; set first, ours is the one `litellm.main._get_encoding` hands to every provider (PATCHES.md row 9)."""
+    main = importlib.import_module("litellm.main")
+    if "encoding" not in vars(main):
+        main.encoding = EncodingOnFirstUse()  # type: ignore[attr-defined]

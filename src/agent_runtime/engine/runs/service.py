@@ -21,9 +21,11 @@ from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import Tool, engine_tools
-from agent_runtime.engine.flow.turn import adopt_loop, prepare_agent
+from agent_runtime.engine.flow.turn import is_agent_bookkeeping, prepare_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
+from agent_runtime.engine.llm.inline_requests import builds_an_async_request
 from agent_runtime.engine.llm.models import CallOptions
+from agent_runtime.engine.loop_executor import install as install_loop_executor
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.admission import Admission
@@ -324,9 +326,10 @@ class RunService:
     # -- process life --------------------------------------------------------------------------------
 
     def start_background(self) -> None:
-        """Start the lease keeper (renewals and sweeps); the lifespan calls it once, on the app's loop."""
+        """Start the lease keeper (renewals and sweeps); the lifespan calls it once, on the app's loop. The loop's
+        default executor runs the jobs that never block inline (engine/loop_executor.py)."""
         self._loop = asyncio.get_running_loop()
-        adopt_loop(self._loop)
+        install_loop_executor(self._loop, (is_agent_bookkeeping, builds_an_async_request))
         self.leases.start()
         self.hub.start()
 
