@@ -49,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from multiprocessing.connection import Connection
@@ -255,6 +256,22 @@ def _pct(values: list[float], q: float) -> float:
 # -- measurements -----------------------------------------------------------------------------------------
 
 
+class ThreadJobs:
+    """Jobs handed to any thread pool's queue, by the pool's thread-name prefix (what the loop's default executor
+    runs inline is not one: engine/loop_executor.py)."""
+
+    def __init__(self) -> None:
+        self.by_pool: Counter[str] = Counter()
+        original = ThreadPoolExecutor.submit
+        jobs = self
+
+        def noting(pool: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            jobs.by_pool[pool._thread_name_prefix or "?"] += 1
+            return original(pool, fn, *args, **kwargs)
+
+        ThreadPoolExecutor.submit = noting  # type: ignore[method-assign,assignment]
+
+
 @dataclass
 class Sequential:
     full: list[RunSample]
@@ -263,6 +280,7 @@ class Sequential:
     short_batch_ms: float
     stub_full_ms: float
     stub_short_ms: float
+    thread_jobs: dict[str, Counter[str]]
 
 
 async def sequential(
@@ -277,15 +295,18 @@ async def sequential(
     short: list[RunSample] = []
     spent = {"full": 0.0, "short": 0.0}
     stub_spent = {"full": 0.0, "short": 0.0}
+    jobs = ThreadJobs()
+    thread_jobs: dict[str, Counter[str]] = {"full": Counter(), "short": Counter()}
     for _ in range(runs):
         for kind, session, text, samples in (
             ("full", full_session, f"{FULL} What is (17.5 * 4 + 3) / 7?", full),
             ("short", short_session, f"{SHORT} Hi, how are you doing today?", short),
         ):
-            stub0, cpu0 = stub.cpu_seconds(), time.process_time()
+            stub0, cpu0, jobs0 = stub.cpu_seconds(), time.process_time(), Counter(jobs.by_pool)
             samples.append(await run_once(engine, ctx, session, text))
             await asyncio.sleep(0.01)  # let work that outlives the terminal event finish inside this slot
             spent[kind] += time.process_time() - cpu0
+            thread_jobs[kind] += jobs.by_pool - jobs0
             stub_spent[kind] += stub.cpu_seconds() - stub0
     return Sequential(
         full,
@@ -294,6 +315,7 @@ async def sequential(
         spent["short"] * 1000 / runs,
         stub_spent["full"] * 1000 / runs,
         stub_spent["short"] * 1000 / runs,
+        thread_jobs,
     )
 
 
@@ -491,6 +513,9 @@ def report(seq: Sequential, batches: list[Batch], header: str) -> None:
             ]
         )
     _table(head, rows)
+    for kind, jobs in seq.thread_jobs.items():
+        pools = ", ".join(f"{pool} {count / runs:.1f}" for pool, count in sorted(jobs.items())) or "none"
+        print(f"thread hand-offs per {kind} run (jobs handed to a thread pool, by pool): {pools}")
     if not batches:
         return
     concurrency = len(batches[0].samples)

@@ -8,18 +8,18 @@ import os
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from agent_runtime.engine.flow.crewai import env as crewai_env
+from agent_runtime.engine.flow.turn import is_agent_bookkeeping, load_agent
 
 _CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-bookkeeping-{os.getpid()}"
-crewai_env.load_crewai(_CREWAI_DATA)
+load_agent(_CREWAI_DATA)
 atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 from crewai.flow.flow import Flow, listen, start  # noqa: E402
 
-from agent_runtime.engine.flow.turn import is_agent_bookkeeping  # noqa: E402
 from agent_runtime.engine.loop_executor import InlineExecutor  # noqa: E402
 
 
@@ -55,3 +55,22 @@ def test_a_kickoff_sends_no_job_to_a_thread_and_other_jobs_still_go_to_one() -> 
     result, other = asyncio.run(main())
     assert result == "b"
     assert other != threading.get_ident() and len(threads) == 1
+
+
+def test_a_kickoff_hands_no_job_to_any_thread(monkeypatch: Any) -> None:
+    # Neither to the loop's executor (the bookkeeping runs inline) nor to CrewAI's event bus (its listener's
+    # listener's handlers of the flow's events are unregistered when the agent loads: bookkeeping.py).
+    submitted: list[str] = []
+    original = ThreadPoolExecutor.submit
+
+    def noting(self: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        submitted.append(repr(fn))
+        return original(self, fn, *args, **kwargs)
+
+    async def main() -> object:
+        asyncio.get_running_loop().set_default_executor(InlineExecutor((is_agent_bookkeeping,)))
+        monkeypatch.setattr(ThreadPoolExecutor, "submit", noting)
+        return await Two(suppress_flow_events=True).kickoff_async()
+
+    assert asyncio.run(main()) == "b"
+    assert submitted == []

@@ -14,14 +14,18 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agent_runtime.engine.flow.crewai import env as crewai_env
+from agent_runtime.engine.flow.turn import load_agent
 
 _CREWAI_DATA = Path(tempfile.gettempdir()) / f"agent-runtime-crewai-patches-{os.getpid()}"
-crewai_env.load_crewai(_CREWAI_DATA)
+load_agent(_CREWAI_DATA)
 atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
+import crewai.events.event_listener as event_listener  # noqa: E402
 import crewai.flow.runtime as flow_runtime  # noqa: E402
 import crewai_core.user_data as user_data  # noqa: E402
+from crewai.events.event_bus import crewai_event_bus  # noqa: E402
+from crewai.events.types.env_events import CCEnvEvent, CodexEnvEvent, CursorEnvEvent, DefaultEnvEvent  # noqa: E402
+from crewai.events.types.flow_events import FlowFailedEvent, FlowFinishedEvent, FlowStartedEvent  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
 
 from agent_runtime.engine.flow.crewai.flow import AgentFlow  # noqa: E402
@@ -59,3 +63,16 @@ def test_the_flows_bookkeeping_jobs_are_the_ones_kickoff_sends_to_a_thread() -> 
         "crewai.events.event_bus",
         "CrewAIEventsBus.flush",
     )
+
+
+def test_crewais_listener_handles_the_flow_events_a_kickoff_always_emits() -> None:
+    # Row 8: CrewAI's listener registers these (telemetry and console), a kickoff emits them even for a suppressed
+    # flow, and after our import none of the listener's handlers of them is left.
+    listener = inspect.getsource(event_listener.EventListener.setup_listeners)
+    events = (FlowStartedEvent, FlowFinishedEvent, FlowFailedEvent, DefaultEnvEvent, CCEnvEvent, CodexEnvEvent)
+    for event in (*events, CursorEnvEvent):
+        assert f"@crewai_event_bus.on({event.__name__})" in listener
+        handlers = crewai_event_bus._sync_handlers.get(event, frozenset())
+        assert not [h for h in handlers if h.__qualname__.startswith("EventListener.")], event
+    kickoff = inspect.getsource(flow_runtime.Flow)
+    assert "FlowStartedEvent(" in kickoff and "FlowFinishedEvent(" in kickoff

@@ -100,6 +100,7 @@ def is_agent_bookkeeping(job: Job) -> bool:
 def load_agent(data_dir: Path) -> None:
     """Slow (CrewAI's import): call it off the event loop, once, before the first turn."""
     crewai_env.load_crewai(data_dir)
+    bookkeeping.unregister_flow_telemetry()
     importlib.import_module(_FLOW_MODULE)
 
 
