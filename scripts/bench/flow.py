@@ -24,6 +24,8 @@ Measured, after `engine.runs.ensure_warm()` and 3 runs of each kind:
   whole sequence / runs, which also counts work that finishes after the terminal event. `loop thread` =
   the event-loop thread's own CPU (`time.thread_time()`), the part that can delay other requests.
 - time to RUN_STARTED and to the first TEXT_MESSAGE_CONTENT, wall clock from calling `start()`.
+- thread hand-offs per run: jobs handed to any thread pool's queue during the sequential runs, by pool (what the
+  loop's default executor runs inline is not one: engine/loop_executor.py).
 - `--concurrency` full runs at once on as many sessions, stub answering at once: event-loop lag (a ticker
   sleeping 5 ms records how late it wakes: p50/p99/max) and the batch's wall time; then the same with the
   stub waiting `--latency` s before every answer (ideal wall: 4 model calls x latency). `stalled` = the wall
