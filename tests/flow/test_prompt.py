@@ -27,7 +27,8 @@ from agent_runtime.engine.flow.templates import (
 from agent_runtime.engine.profiles.models import PreferenceSettings, ProfileSettingsV1, UserAgentContext
 from agent_runtime.resources import default_config_dir
 
-MAX_PROFILE_JSON_LINE = 2048
+# Keys and punctuation, username and bio of 512 characters escaped to at most 12 each, four codes of 64.
+MAX_PROFILE_JSON_LINE = 92 + 2 * 512 * 12 + 4 * 64
 TEMPLATES = load_flow_templates(default_config_dir() / "crewai")
 # Everything above the profile block: the same for every user.
 STATIC_LINES = "\n".join([*POLICY_LINES, "", *stage_instructions(TEMPLATES), "", PROFILE_HEADING]).split("\n")
@@ -138,7 +139,7 @@ def test_non_ascii_and_unicode_line_breaks_stay_escaped_on_the_one_line() -> Non
     assert (_profile(prompt)["username"], _profile(prompt)["bio"]) == (username, bio)
 
 
-def test_escape_heavy_fields_and_long_codes_are_cut_to_fit_the_line_budget() -> None:
+def test_escape_heavy_fields_keep_512_characters_and_long_codes_are_cut() -> None:
     # A BCP-47 tag of 544 characters: profile validation now caps tags at 35 characters, but the prompt
     # must stay within its budget for any value that reaches it (rows written before the cap).
     long_tag = "en-x-" + "-".join(["abcdefgh"] * 60)
@@ -149,16 +150,23 @@ def test_escape_heavy_fields_and_long_codes_are_cut_to_fit_the_line_budget() -> 
         user_id=UUID(int=7), username="<" * 600, bio="😀" * 600, settings=ProfileSettingsV1(preferences=preferences)
     )
     prompt = build_global_system_prompt(ctx, TEMPLATES)
-    # Each "<" escapes to 6 characters and each emoji to 12; username and bio get 768, codes 64.
+    # Username and bio: 512 characters whatever they escape to ("<" to 6, an emoji to 12); codes: 64 escaped.
     assert _profile(prompt) == {
-        "username": "<" * 128,
-        "bio": "😀" * 64,
+        "username": "<" * 512,
+        "bio": "😀" * 512,
         "interface_language": "zh-CN",
         "ai_language": long_tag[:64],
         "timezone": "America/Argentina/ComodRivadavia",
         "country": "CN",
     }
     assert len(prompt.split("\n")[-2]) <= MAX_PROFILE_JSON_LINE
+
+
+def test_a_chinese_bio_reaches_the_model_with_512_characters() -> None:
+    bio = "我喜欢在周末去山里徒步，也喜欢看星星。" * 40
+    profile = _profile(build_global_system_prompt(_ctx("阿芽" * 300, bio), TEMPLATES))
+    assert (profile["username"], profile["bio"]) == (("阿芽" * 300)[:512], bio[:512])
+    assert len(profile["bio"]) == 512
 
 
 def test_missing_bio_is_an_empty_string() -> None:

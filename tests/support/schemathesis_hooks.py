@@ -1,7 +1,7 @@
 """Schemathesis hooks (loaded from tests/schemathesis.toml): values for the custom string formats our OpenAPI
 document uses where a pattern cannot say what is valid (a BCP-47 tag whose language subtag is registered, an
-IANA zone name). The values are ones our validators must accept, so a refusal is a real bug. And a filter
-for one false positive of schemathesis' own (below)."""
+IANA zone name, an assigned ISO 3166-1 country code). The values are ones our validators must accept, so a refusal
+is a real bug. And a filter for one false positive of schemathesis' own (below)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from schemathesis import Case, HookContext, Response
 from schemathesis.core.failures import AcceptedNegativeData, Failure
 from schemathesis.core.parameters import ParameterLocation
 
+from agent_runtime.engine.profiles.countries import ISO_3166_ALPHA2
+
 LANGUAGE_TAGS = ["zh-CN", "zh-Hant-TW", "en", "en-US", "en-GB", "ja-JP", "ko", "fr-FR", "de", "es-419", "pt-BR", "ar"]
 
 schemathesis.openapi.format("bcp47", st.sampled_from(LANGUAGE_TAGS))
 schemathesis.openapi.format("iana-time-zone", st.sampled_from(sorted(available_timezones())))
+schemathesis.openapi.format("iso3166-alpha2", st.sampled_from(sorted(ISO_3166_ALPHA2)))
 
 
 @schemathesis.hook

@@ -47,12 +47,12 @@ from agent_runtime.engine.profiles.models import UserAgentContext
 
 PROFILE_BLOCK_START = "<<<USER_PROFILE_JSON"
 PROFILE_BLOCK_END = "USER_PROFILE_JSON>>>"
+# The seed's cap: username and bio reach the model with at most 512 characters each, whatever their script (an
+# escaped CJK character is 6 characters of the line, an emoji 12: the cap counts what the user wrote, not those).
 MAX_PROFILE_FIELD_CHARS = 512
-# Escaping can grow one character to 12 (an emoji is two \uXXXX escapes), so username and bio are also capped
-# in escaped length, and the preference codes (validated, but a BCP-47 tag may legally run to hundreds of
-# characters) are capped too: 92 characters of keys and punctuation + 2 * 768 + 4 * 64 keeps the JSON line
-# under 2 KB whatever the profile holds.
-MAX_TEXT_FIELD_ESCAPED_CHARS = 768
+# The preference codes are validated, but a BCP-47 tag may legally run to hundreds of characters and a stored
+# row may predate today's checks: they are capped in escaped length. The line stays under 13 KB whatever the
+# profile holds: 92 characters of keys and punctuation + 2 * 512 * 12 + 4 * 64.
 MAX_CODE_FIELD_ESCAPED_CHARS = 64
 
 _EXTRA_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "`": "\\u0060", "{": "\\u007b", "}": "\\u007d"})
@@ -93,9 +93,13 @@ def _escaped_length(char: str) -> int:
     return len(json.dumps(char, ensure_ascii=True).translate(_EXTRA_ESCAPES)) - 2
 
 
-def _clip(value: str | None, max_escaped: int) -> str:
-    text = (value or "").strip()[:MAX_PROFILE_FIELD_CHARS]
-    budget = max_escaped
+def _text(value: str | None) -> str:
+    return (value or "").strip()[:MAX_PROFILE_FIELD_CHARS]
+
+
+def _code(value: str) -> str:
+    text = value.strip()
+    budget = MAX_CODE_FIELD_ESCAPED_CHARS
     for index, char in enumerate(text):
         budget -= _escaped_length(char)
         if budget < 0:
@@ -107,12 +111,12 @@ def profile_json_line(ctx: UserAgentContext) -> str:
     """The profile as one line of JSON in which no marker, fence or placeholder can appear."""
     preferences = ctx.settings.preferences
     profile = _ProfileData(
-        username=_clip(ctx.username, MAX_TEXT_FIELD_ESCAPED_CHARS),
-        bio=_clip(ctx.bio, MAX_TEXT_FIELD_ESCAPED_CHARS),
-        interface_language=_clip(preferences.interface_language, MAX_CODE_FIELD_ESCAPED_CHARS),
-        ai_language=_clip(preferences.ai_language, MAX_CODE_FIELD_ESCAPED_CHARS),
-        timezone=_clip(preferences.timezone, MAX_CODE_FIELD_ESCAPED_CHARS),
-        country=_clip(preferences.country, MAX_CODE_FIELD_ESCAPED_CHARS),
+        username=_text(ctx.username),
+        bio=_text(ctx.bio),
+        interface_language=_code(preferences.interface_language),
+        ai_language=_code(preferences.ai_language),
+        timezone=_code(preferences.timezone),
+        country=_code(preferences.country),
     )
     line = json.dumps(profile.model_dump(), ensure_ascii=True, separators=(",", ":"))
     # A flat object of strings: its only structural braces are the first and last character, and every

@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import langcodes
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, TypeAdapter
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
+from agent_runtime.engine.profiles.countries import ISO_3166_ALPHA2
 from agent_runtime.engine.text import ClientJsonObject, ClientText
 
 # 35 characters is the longest tag RFC 5646 requires implementations to support (section 4.4.1).
@@ -52,6 +53,8 @@ def _iana_timezone(value: str) -> str:
 def _iso_country(value: str) -> str:
     if len(value) != 2 or not value.isascii() or not value.isalpha() or not value.isupper():
         raise ValueError(f"country must be an ISO 3166-1 alpha-2 code in upper case, got {value!r}")
+    if value not in ISO_3166_ALPHA2:
+        raise ValueError(f"not an assigned ISO 3166-1 alpha-2 country code: {value!r}")
     return value
 
 
@@ -78,7 +81,11 @@ TimeZoneName = Annotated[
 ]
 CountryCode = Annotated[
     ClientText,
-    Field(description="ISO 3166-1 alpha-2, upper case.", json_schema_extra={"pattern": "^[A-Z]{2}$"}),
+    Field(
+        description="An assigned ISO 3166-1 alpha-2 code, upper case, e.g. CN (not a user-assigned one such as ZZ). "
+        "OpenAPI format `iso3166-alpha2`.",
+        json_schema_extra={"format": "iso3166-alpha2"},
+    ),
     AfterValidator(_iso_country),
 ]
 
@@ -152,11 +159,6 @@ def _missing_version_is_v1(value: object) -> object:
 ProfileSettings = Annotated[
     ProfileSettingsV1 | ProfileSettingsV2, Field(discriminator="version"), BeforeValidator(_missing_version_is_v1)
 ]
-SETTINGS_ADAPTER: TypeAdapter[ProfileSettingsV1 | ProfileSettingsV2] = TypeAdapter(ProfileSettings)
-
-
-def parse_profile_settings(raw: dict[str, Any] | None) -> ProfileSettingsV1 | ProfileSettingsV2:
-    return SETTINGS_ADAPTER.validate_python(raw or {})
 
 
 def upgrade_to_latest(settings: ProfileSettingsV1 | ProfileSettingsV2) -> ProfileSettingsV2:

@@ -8,7 +8,8 @@ from typing import Any
 
 import asyncpg
 
-from agent_runtime.engine.profiles.models import Profile, parse_profile_settings
+from agent_runtime.engine.profiles.models import Profile
+from agent_runtime.engine.profiles.stored import read_stored_settings
 
 _COLUMNS = "user_id, username, bio, settings, created_at, updated_at"
 
@@ -32,13 +33,13 @@ RETURNING bio
 
 
 def row_to_profile(row: asyncpg.Record | Mapping[str, Any]) -> Profile:
-    """A `profiles` row (or the same columns as a mapping, e.g. `to_jsonb(p)` from another statement)."""
-    settings: dict[str, Any] = row["settings"]
+    """A `profiles` row (or the same columns as a mapping, e.g. `to_jsonb(p)` from another statement). Settings
+    today's models reject read as their defaults (`stored.py`): an old row never fails a request."""
     return Profile(
         user_id=row["user_id"],
         username=row["username"],
         bio=row["bio"],
-        settings=parse_profile_settings(settings),
+        settings=read_stored_settings(row["settings"], user_id=row["user_id"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
