@@ -188,8 +188,9 @@ async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> Streaming
 )
 async def agui_capabilities(engine: Engine, ctx: Caller) -> AgentCapabilities:
     """What this server does, as AG-UI 1.0 `AgentCapabilities`: its tools, state, reasoning (only when a stage
-    streams it), human in the loop (approvals as interrupts, client tools), no multimodal input, resumable
-    streams, and (under `custom`) cancel. Derived from the running configuration."""
+    streams it), human in the loop (approvals as interrupts, client tools), image input (when every stage's model
+    takes images), long-term memory (when on), resumable streams, and (under `custom`) cancel. Derived from the
+    running configuration."""
     return agent_capabilities(engine.settings, engine.templates, engine.runs.tool_map)
 
 

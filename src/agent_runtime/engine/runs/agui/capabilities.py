@@ -3,8 +3,11 @@
 Built from the same settings and YAML the runs use, so it cannot drift from them: reasoning is declared only
 when a stage can stream it (a task with `thinking: enabled`, or the demo model, which reasons in its intent
 stage), approvals only when a tool in `agents.yaml` requires one, client tools only while
-`AGUI_FRONTEND_TOOLS` is on. An omitted field means "not declared" in the spec; every category this server
-has an answer for is filled in, `false` included.
+`AGUI_FRONTEND_TOOLS` is on, image input when a run would take an image (every stage's model in
+LLM_IMAGE_MODELS, as `request/images.py` requires, the demo model included; MAX_IMAGES_PER_MESSAGE not 0),
+memory while long-term memories are on (USER_MEMORIES_ENABLED; a user can still turn them off in the profile).
+An omitted field means "not declared" in the spec; every category this server has an answer for is filled in,
+`false` included.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import ag_ui.core as agui
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.settings import Settings
 
 CANCEL_ENDPOINT = "POST /v1/sessions/{session_id}/runs/{run_id}/cancel"
@@ -28,6 +32,12 @@ def reasoning_streams(settings: Settings, templates: FlowTemplates) -> bool:
     return settings.is_demo_model or any(templates.call_options(stage, settings).thinking for stage in STAGE_NAMES)
 
 
+def images_taken(settings: Settings, templates: FlowTemplates) -> bool:
+    """Whether a run takes an image part (the same policy the runs check images with)."""
+    policy = image_policy({stage: templates.call_options(stage, settings) for stage in STAGE_NAMES}, settings)
+    return policy.max_per_message > 0 and policy.blind_stage() is None
+
+
 def agent_capabilities(
     settings: Settings, templates: FlowTemplates, tools: Mapping[str, Tool[Any]]
 ) -> agui.AgentCapabilities:
@@ -37,6 +47,7 @@ def agent_capabilities(
     ]
     approvals = bool(templates.execution.agent.requires_approval)
     reasoning = reasoning_streams(settings, templates)
+    images = images_taken(settings, templates)
     return agui.AgentCapabilities(
         identity=agui.IdentityCapabilities(
             name="agent-runtime", type="crewai", description="A social app's assistant: profile, time, arithmetic."
@@ -45,10 +56,12 @@ def agent_capabilities(
             streaming=True, websocket=False, http_binary=False, push_notifications=False, resumable=True
         ),
         tools=agui.ToolsCapabilities(supported=True, items=server_tools, client_provided=settings.agui_frontend_tools),
-        state=agui.StateCapabilities(snapshots=True, deltas=True, memory=False, persistent_state=True),
+        state=agui.StateCapabilities(
+            snapshots=True, deltas=True, memory=settings.user_memories_enabled, persistent_state=True
+        ),
         reasoning=agui.ReasoningCapabilities(supported=reasoning, streaming=reasoning, encrypted=False),
         multimodal=agui.MultimodalCapabilities(
-            input=agui.MultimodalInputCapabilities(image=False, audio=False, video=False, pdf=False, file=False),
+            input=agui.MultimodalInputCapabilities(image=images, audio=False, video=False, pdf=False, file=False),
             output=agui.MultimodalOutputCapabilities(image=False, audio=False),
         ),
         execution=agui.ExecutionCapabilities(
