@@ -4,6 +4,7 @@ and snapshotted by reference (never another user's), sent to a model that sees t
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,62 @@ async def test_the_offline_demo_model_takes_an_image_and_says_what_it_was_shown(
         assert demo.stub.requests == []
         reply = "".join(e["delta"] for e in result.of_type("TEXT_MESSAGE_CONTENT"))
         assert 'You said: "What is this? [image: image/png]"' in reply, reply
+
+
+LOCAL_URLS = {
+    "https://127.0.0.1/x.png": "127.0.0.1 is a loopback, private or link-local address",
+    "https://127.1/x.png": "127.1 is a loopback, private or link-local address",
+    "https://2130706433/x.png": "2130706433 is a loopback, private or link-local address",
+    "https://[::1]/x.png": "::1 is a loopback, private or link-local address",
+    "https://[::ffff:10.0.0.1]/x.png": "::ffff:10.0.0.1 is a loopback, private or link-local address",
+    "https://169.254.169.254/latest/meta-data": "169.254.169.254 is a loopback, private or link-local address",
+    "https://[fe80::1]/x.png": "fe80::1 is a loopback, private or link-local address",
+    "https://10.1.2.3/x.png": "10.1.2.3 is a loopback, private or link-local address",
+    "https://192.168.0.10:8443/x.png": "192.168.0.10 is a loopback, private or link-local address",
+    "https://localhost/x.png": "localhost names a local host",
+    "https://LOCALHOST./x.png": "localhost names a local host",
+    "https://api.localhost/x.png": "api.localhost names a local host",
+    "https://metadata.google.internal/x": "metadata.google.internal names a local host",
+    "https://printer.local/x.png": "printer.local names a local host",
+    "https://intranet/x.png": "intranet names a local host",
+    "https://user:pw@example.com/x.png": "must not carry credentials (user:password@)",
+    "https://token@example.com/x.png": "must not carry credentials (user:password@)",
+    "https://[::1/x.png": "an image URL must be a valid https URL",
+}
+
+
+async def test_image_urls_to_local_hosts_or_with_credentials_are_422_on_rest_and_agui(h: Harness, user: User) -> None:
+    session_id = await h.new_session(user)
+    for url, expected in LOCAL_URLS.items():
+        rest = await h.client.post(
+            f"/v1/sessions/{session_id}/runs",
+            json={"message": "look", "images": [{"url": url}]},
+            headers=user.headers,
+        )
+        assert rest.status_code == 422, (url, rest.text)
+        assert expected in rest.json()["error"]["details"][0]["msg"], (url, rest.text)
+        part = {"type": "image", "source": {"type": "url", "value": url}}
+        agui = await h.agui(user, agui_input(session_id, [{"type": "text", "text": "look"}, part]))
+        assert agui.status == 422, (url, agui.body)
+        assert expected in agui.body, (url, agui.body)
+    assert h.stub.requests == [] and await h.rows(user, session_id) == []
+    # A public host, by name or by address, is still passed on.
+    for url in ("https://example.com/cat.jpg", "https://93.184.215.14/cat.jpg"):
+        h.stub.enqueue(intent_direct("A cat."))
+        assert (await h.run(user, session_id, "look", images=[{"url": url}])).status == 200
+
+
+async def test_an_image_url_over_the_limit_is_a_422_on_agui_as_on_rest(h: Harness, user: User) -> None:
+    session_id = await h.new_session(user)
+    url = "https://example.com/" + "a" * 3 * 2048
+    part = {"type": "image", "source": {"type": "url", "value": url, "mimeType": "image/png"}}
+    agui = await h.agui(user, agui_input(session_id, [{"type": "text", "text": "look"}, part]))
+    assert agui.status == 422, agui.body
+    (detail,) = json.loads(agui.body)["error"]["details"]
+    assert (detail["loc"][-2:], detail["msg"]) == (["source", "value"], "an image URL has at most 2048 characters")
+    rest = await h.client.post(
+        f"/v1/sessions/{session_id}/runs", json={"message": "look", "images": [{"url": url}]}, headers=user.headers
+    )
+    assert rest.status_code == 422, rest.text
+    assert [d["loc"] for d in rest.json()["error"]["details"]] == [["body", "images", 0, "url"]]
+    assert h.stub.requests == [] and await h.rows(user, session_id) == []

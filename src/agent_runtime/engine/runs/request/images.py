@@ -4,7 +4,11 @@
   audio, video, document and file sources are a 422 naming what is supported (never dropped).
 - Inline data must decode, fit MAX_IMAGE_BYTES, and its magic bytes must be the declared type (JPEG, PNG, WebP);
   a message takes at most MAX_IMAGES_PER_MESSAGE images. A URL is never fetched by the server (no SSRF surface):
-  the provider downloads it (DeepSeek: public http(s) URL, 32 MiB, 60 s); only https is taken.
+  the provider downloads it (DeepSeek: public http(s) URL, 32 MiB, 60 s); only https is taken, at most 2,048
+  characters, without credentials (`user:pw@` would hand them to the provider), and not to a host that names this
+  side of a network (an IP literal that is not global: loopback, private, link-local, shared, reserved; or a name
+  such as localhost, *.local, *.internal, or one without a dot). Names are not resolved: a public name that
+  resolves to a private address is the fetcher's to refuse.
 - Every stage's model must accept images (LLM_IMAGE_MODELS), else a 422 naming the model: a stage that cannot see
   the image would answer without it, which is worse than refusing.
 """
@@ -13,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
+import socket
 from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 from urllib.parse import urlsplit
@@ -84,6 +90,45 @@ class ImageInput(BaseModel):
         return ImageAttachment(id=uuid4().hex, mime_type=self.mime_type, data=self.data, url=self.url)
 
 
+# Names that never denote a public host: RFC 6761 (localhost), 6762 (.local), 8375 (home.arpa), ICANN's .internal.
+_LOCAL_NAMES = ("localhost", "local", "internal", "home.arpa", "localdomain")
+
+
+def _ip_literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    # The forms URL parsers and resolvers also read as IPv4 (127.1, 0x7f000001, 2130706433); inet_aton is pure.
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def _url_problem(url: str) -> str | None:
+    """Why an image URL cannot be passed on to the provider, or None."""
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").rstrip(".")
+        credentials = parts.username is not None or parts.password is not None
+    except ValueError:
+        return "an image URL must be a valid https URL"
+    if parts.scheme != "https" or not host or len(url) > MAX_IMAGE_URL_CHARS:
+        return f"an image URL must be https, at most {MAX_IMAGE_URL_CHARS} characters"
+    if credentials:
+        return "an image URL must not carry credentials (user:password@)"
+    ip = _ip_literal(host)
+    if ip is not None:
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        if not ip.is_global or (mapped is not None and not mapped.is_global):
+            return f"an image URL's host must be public: {host} is a loopback, private or link-local address"
+        return None
+    if "." not in host or any(host == name or host.endswith(f".{name}") for name in _LOCAL_NAMES):
+        return f"an image URL's host must be public: {host} names a local host"
+    return None
+
+
 def _image_part(part: agui.ImageInputContent, loc: list[str | int]) -> ImageAttachment:
     source = part.source
     if isinstance(source, agui.InputContentDataSource):
@@ -94,6 +139,9 @@ def _image_part(part: agui.ImageInputContent, loc: list[str | int]) -> ImageAtta
         mime = source.mime_type if source.mime_type in IMAGE_TYPES else None
         if source.mime_type is not None and mime is None:
             raise _invalid([*loc, "source", "mimeType"], f"{source.mime_type!r} is not {SUPPORTED}")
+        if len(source.value) > MAX_IMAGE_URL_CHARS:
+            # Before the attachment is built (its field has the same cap): the rest is checked with REST's images.
+            raise _invalid([*loc, "source", "value"], f"an image URL has at most {MAX_IMAGE_URL_CHARS} characters")
         return ImageAttachment(id=uuid4().hex, mime_type=mime, url=source.value)
     raise _invalid([*loc, "source"], f"a {source.type} source cannot be taken; {SUPPORTED}")
 
@@ -132,12 +180,9 @@ def _decoded(data: str, loc: list[str | int]) -> bytes:
 def check_image(image: ImageAttachment, loc: list[str | int], *, max_bytes: int) -> ImageAttachment:
     """The image as stored: inline bytes decoded, sized and sniffed; a URL checked to be https."""
     if image.data is None:
-        url = str(image.url)
-        parts = urlsplit(url)
-        if parts.scheme != "https" or not parts.hostname or len(url) > MAX_IMAGE_URL_CHARS:
-            raise _invalid(
-                loc, f"an image URL must be https, at most {MAX_IMAGE_URL_CHARS} characters", "invalid image"
-            )
+        problem = _url_problem(str(image.url))
+        if problem is not None:
+            raise _invalid(loc, problem, "invalid image")
         return image
     # Checked on the encoded length first: no decoding of a body that is certainly too large.
     if len(image.data) > (max_bytes * 4) // 3 + 4:
