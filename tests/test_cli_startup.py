@@ -7,10 +7,12 @@ import asyncio
 import os
 import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.conftest import TEST_JWT_SECRET
+from tests.support.own_postgres import OwnPostgres
 from tests.support.processes import bounded
 
 from agent_runtime.cli import main
@@ -50,6 +52,35 @@ async def test_unreachable_database_url_is_one_line(command: str, env: dict[str,
     assert stdout == ""
     assert stderr.startswith("agent-runtime: cannot start: DATABASE_URL: cannot connect: "), stderr
     assert stderr.count("\n") == 1 and "Traceback" not in stderr
+
+
+@pytest.fixture(scope="module")
+async def url_without_pgvector() -> AsyncIterator[str]:
+    pg = OwnPostgres(without_extension="vector")
+    try:
+        await pg.init()
+        await pg.start()
+        yield await pg.create_database("no_pgvector")
+    finally:
+        await pg.close()
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+async def test_a_server_without_pgvector_is_one_line_naming_it(
+    command: str, env: dict[str, str], tmp_path: Path, url_without_pgvector: str
+) -> None:
+    env["DATABASE_URL"] = url_without_pgvector
+    env["PORT"] = str(_free_port())
+
+    code, stdout, stderr = await _cli(command, env=env, cwd=tmp_path)
+
+    assert (code, stdout) == (1, "")
+    assert stderr == (
+        "agent-runtime: cannot start: DATABASE_URL: the server lacks the pgvector extension (`vector`, for long-term "
+        "memories): install it on the database server (Debian/Ubuntu: apt-get install postgresql-18-pgvector; "
+        "Docker: the pgvector/pgvector image; else https://github.com/pgvector/pgvector#installation), or leave "
+        "DATABASE_URL unset for the embedded PostgreSQL, which has it\n"
+    )
 
 
 async def test_missing_database_names_the_variable(env: dict[str, str], tmp_path: Path, database_url: str) -> None:

@@ -125,11 +125,14 @@ def _migrate(_: argparse.Namespace) -> int:
     from agent_runtime.db.embedded import EmbeddedPostgres
     from agent_runtime.db.migrations import MigrationReport, apply_migrations
     from agent_runtime.logging_setup import configure_logging
+    from agent_runtime.preflight import check_database
 
     settings = _settings_or_exit()
     configure_logging(settings.log_level)
 
     def migrate() -> MigrationReport:
+        if settings.database_url is not None:
+            asyncio.run(check_database(settings.database_url))
         embedded = EmbeddedPostgres(settings.data_dir) if settings.database_url is None else None
         dsn = settings.database_url or (embedded.start() if embedded else "")
         try:

@@ -59,8 +59,17 @@ def describe_database_error(exc: BaseException) -> str | None:
     return None
 
 
+# Whether the server can create pgvector's extension (migrations/0011_user_memories.sql does), and its major version
+# for the package name of the hint.
+_PGVECTOR_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available,
+       current_setting('server_version_num')::int / 10000 AS major
+"""
+
+
 async def check_database(dsn: str) -> None:
-    """Connect once to a configured server (not the embedded one) and hang up."""
+    """Connect once to a configured server (not the embedded one, which ships pgvector), check that it offers
+    pgvector, and hang up."""
     try:
         conn = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT_SECONDS)
     except Exception as exc:
@@ -68,4 +77,15 @@ async def check_database(dsn: str) -> None:
         if message is None:
             raise
         raise StartupError(message) from exc
-    await conn.close()
+    try:
+        row = await conn.fetchrow(_PGVECTOR_SQL)
+    finally:
+        await conn.close()
+    assert row is not None
+    if not row["available"]:
+        raise StartupError(
+            "DATABASE_URL: the server lacks the pgvector extension (`vector`, for long-term memories): install "
+            f"it on the database server (Debian/Ubuntu: apt-get install postgresql-{row['major']}-pgvector; "
+            "Docker: the pgvector/pgvector image; else https://github.com/pgvector/pgvector#installation), "
+            "or leave DATABASE_URL unset for the embedded PostgreSQL, which has it"
+        )

