@@ -294,6 +294,9 @@ case "${uv_index}" in http://* | https://*) args+=("UV_DEFAULT_INDEX: \"${uv_ind
     echo "services:"
     echo "  agent-runtime:"
     echo "    image: ${APP_IMAGE}"
+    # No model key here: the smoke runs the offline demo model, which production serves only when asked to.
+    echo "    environment:"
+    echo "      ALLOW_DEMO_MODEL_IN_PRODUCTION: \"true\""
     echo "    build:"
     echo "      network: host"
     if [ "${#args[@]}" -gt 0 ]; then

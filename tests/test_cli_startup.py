@@ -167,3 +167,31 @@ async def test_port_in_use_is_reported_before_the_database_starts(env: dict[str,
     )
     # DATABASE_URL is unset: the embedded PostgreSQL would have created its data directory.
     assert not (tmp_path / "data" / "pgdata").exists()
+
+
+async def test_production_without_a_model_key_refuses_to_serve_unless_the_demo_model_is_opted_in(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "LLM_MODEL", "ALLOW_DEMO_MODEL_IN_PRODUCTION"):
+        env.pop(name, None)
+    env["ENVIRONMENT"] = "production"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        refused = await _cli("serve", "--port", str(port), env=env, cwd=tmp_path)
+        # Opted in, start-up goes on to its next check (the port, held here so that nothing starts).
+        opted_in = await _cli(
+            "serve", "--port", str(port), env={**env, "ALLOW_DEMO_MODEL_IN_PRODUCTION": "true"}, cwd=tmp_path
+        )
+
+    assert refused == (
+        1,
+        "",
+        "invalid configuration: DEEPSEEK_API_KEY: ENVIRONMENT=production has no model key (DEEPSEEK_API_KEY, or "
+        "LLM_MODEL with its provider's key), so the offline demo model would answer every user; set a key, or "
+        "ALLOW_DEMO_MODEL_IN_PRODUCTION=true to serve the demo model on purpose\n",
+    )
+    assert opted_in[0] == 1 and opted_in[2].startswith(f"agent-runtime: cannot start: PORT: port {port} "), opted_in
+    assert not (tmp_path / "data" / "pgdata").exists()

@@ -68,6 +68,9 @@ def _serve(args: argparse.Namespace) -> int:
     from agent_runtime.preflight import check_database, check_port_free
 
     settings = _settings_or_exit(host=args.host, port=args.port, workers=args.workers)
+    refusal = settings.demo_model_refusal()
+    if refusal is not None:
+        sys.exit(f"invalid configuration: {refusal}")
 
     def preflight() -> None:
         # Before the embedded database starts or migrations run: these fail in milliseconds, with a hint.

@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore", env_ignore_empty=True)
 
     environment: Literal["development", "test", "production"] = "development"
+    # Production without a model key would answer every user with the offline demo model: `serve` refuses that
+    # unless the operator says it is meant (a demo deployment, a smoke test of the stack).
+    allow_demo_model_in_production: bool = False
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -240,6 +243,16 @@ class Settings(BaseSettings):
             # silently staying on the demo model with a key set) would surprise whoever set the key.
             raise ValueError("OPENAI_API_KEY is set but LLM_MODEL is not: set LLM_MODEL, e.g. openai/gpt-4o-mini")
         return self
+
+    def demo_model_refusal(self) -> str | None:
+        """Why `serve` must not start with this configuration's model, or None."""
+        if self.environment != "production" or not self.is_demo_model or self.allow_demo_model_in_production:
+            return None
+        return (
+            "DEEPSEEK_API_KEY: ENVIRONMENT=production has no model key (DEEPSEEK_API_KEY, or LLM_MODEL with its "
+            "provider's key), so the offline demo model would answer every user; set a key, or "
+            "ALLOW_DEMO_MODEL_IN_PRODUCTION=true to serve the demo model on purpose"
+        )
 
     @property
     def playground_on(self) -> bool:
