@@ -138,6 +138,30 @@ const cases = {
     await runsEnded(page, 0, ["cancelled"]);
     return { page, seen: { runId: run, threadId: await page.evaluate(() => window.location.hash.slice(1)) } };
   },
+
+  // The chat's own Stop button (the send button while a run streams), not the run panel's Cancel.
+  async stop(context, token) {
+    const page = await openThread(context, token);
+    await send(page, "slow: tell me a story");
+    const run = await running(page);
+    await waitForText(page, "Once upon");
+    await page.getByTestId("copilot-send-button").click();
+    await runsEnded(page, 0, ["cancelled"]);
+    return { page, seen: { runId: run, threadId: await page.evaluate(() => window.location.hash.slice(1)) } };
+  },
+
+  async expired(context, token) {
+    const page = await context.newPage();
+    await page.goto(`${request.baseUrl}/playground/`);
+    await page.getByTestId("token").fill(token);
+    await page.locator('[data-testid=token-status][data-expired="true"]').waitFor();
+    await page.getByTestId("new-session").click();
+    await page.getByTestId("error").waitFor();
+    return {
+      page,
+      seen: { status: await page.getByTestId("token-status").innerText(), error: await page.getByTestId("error").innerText() },
+    };
+  },
 };
 
 async function approval(context, token, button, bio) {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -19,7 +20,11 @@ from tests.browser.conftest import HERE, STORY, Live
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.settings import Settings
 
-CASES = ("plain", "calculator", "approve", "deny", "frontend_tool", "reload", "cancel")
+CASES = ("plain", "calculator", "approve", "deny", "frontend_tool", "reload", "cancel", "stop", "expired")
+EXPIRED = (
+    "Your token has expired (tokens from `agent-runtime token` last 1 hour unless --ttl says otherwise): "
+    "mint a new one and paste it above."
+)
 DRIVER_TIMEOUT = 240
 
 
@@ -77,6 +82,7 @@ async def cases(live: Live, chromium: str, settings: Settings, tmp_path_factory:
     artifacts = tmp_path_factory.mktemp("playground-screenshots")
     users = {name: uuid4() for name in CASES}
     tokens = {name: mint_token(settings, user) for name, user in users.items()}
+    tokens["expired"] = mint_token(settings, users["expired"], ttl=timedelta(seconds=-60))
     request = {
         "baseUrl": live.server.base_url,
         "chromium": chromium,
@@ -142,6 +148,19 @@ async def test_cancel_stops_the_run(cases: Cases) -> None:
     seen = cases.seen("cancel")
     runs = (await cases.get("cancel", f"/v1/sessions/{seen['threadId']}/runs"))["items"]
     assert [(r["id"], r["status"]) for r in runs] == [(seen["runId"], "cancelled")], runs
+
+
+async def test_the_chats_stop_button_cancels_the_run_on_the_server(cases: Cases) -> None:
+    seen = cases.seen("stop")
+    runs = (await cases.get("stop", f"/v1/sessions/{seen['threadId']}/runs"))["items"]
+    assert [(r["id"], r["status"]) for r in runs] == [(seen["runId"], "cancelled")], runs
+
+
+async def test_an_expired_token_is_said_to_be_expired(cases: Cases) -> None:
+    seen = cases.seen("expired")
+    assert seen["status"].startswith(f"{EXPIRED} (It expired at "), seen
+    assert seen["status"].endswith(f"agent-runtime token --user {cases.users['expired']})"), seen
+    assert seen["error"] == EXPIRED, seen
 
 
 async def test_copilotkit_runtime_with_an_http_agent_streams_our_answer(live: Live, settings: Settings) -> None:

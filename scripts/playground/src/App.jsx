@@ -1,7 +1,7 @@
 import { CopilotChat, CopilotKit } from "@copilotkit/react-core/v2";
 import { useCallback, useEffect, useMemo, useState } from "react";
 import { newAgent } from "./agent.js";
-import { createSession, listSessions } from "./api.js";
+import { createSession, EXPIRED, listSessions, tokenClaims } from "./api.js";
 import { RunPanel } from "./RunPanel.jsx";
 import { Tools } from "./Tools.jsx";
 
@@ -66,6 +66,7 @@ export function App() {
             onChange={(e) => saveToken(e.target.value)}
           />
         </label>
+        {token && <TokenStatus token={token} />}
         <button data-testid="new-session" disabled={!token} onClick={create}>
           New session
         </button>
@@ -88,6 +89,27 @@ export function App() {
         )}
       </main>
     </div>
+  );
+}
+
+// When the pasted token expires (read from its payload, checked every few seconds): an expired token is said so
+// here before any request gets its 401.
+function TokenStatus({ token }) {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), 5_000);
+    return () => clearInterval(timer);
+  }, []);
+  const claims = tokenClaims(token);
+  if (claims === null) return <p className="hint" data-testid="token-status">Not a token this page can read.</p>;
+  const expired = claims.expiresAt <= now;
+  const at = new Date(claims.expiresAt).toLocaleTimeString();
+  return (
+    <p className={expired ? "error" : "hint"} data-testid="token-status" data-expired={expired}>
+      {expired
+        ? `${EXPIRED} (It expired at ${at}: agent-runtime token --user ${claims.user})`
+        : `Expires at ${at} (in ${Math.ceil((claims.expiresAt - now) / 60_000)} min).`}
+    </p>
   );
 }
 

@@ -1,11 +1,13 @@
 // The AG-UI agent CopilotKit talks to: the official HttpAgent on POST /v1/agui, plus `connect`, which CopilotKit
 // calls when a chat opens a thread (a fresh page, a reload, a second tab).
 import { EventType, HttpAgent, randomUUID } from "@ag-ui/client";
-import { Observable } from "rxjs";
-import { authHeaders, latestRun, storedMessages } from "./api.js";
+import { Observable, tap } from "rxjs";
+import { authHeaders, cancelRun, latestRun, storedMessages } from "./api.js";
 
 const TERMINAL = new Set([EventType.RUN_FINISHED, EventType.RUN_ERROR]);
 const RECONNECTS = 5;
+// After Stop has cancelled the run, how long its stream has to end (with the cancelled outcome) before it is cut.
+const STOP_GRACE_MS = 5_000;
 export const RESTORED = "restored-";
 
 export function newAgent(token, threadId) {
@@ -13,6 +15,27 @@ export function newAgent(token, threadId) {
 }
 
 class PlaygroundAgent extends HttpAgent {
+  run(input) {
+    this.serverRunId = null;
+    return super.run(input).pipe(
+      tap((event) => {
+        if (event.type === EventType.RUN_STARTED) this.serverRunId = event.runId;
+      }),
+    );
+  }
+
+  // CopilotChat's Stop button. Cutting the request alone would leave the run going (and billed): the server keeps
+  // a run whose stream drops, so that a reload can resume it. So Stop cancels the run on the server, and its
+  // stream ends with the cancelled outcome; the request is cut at once only when there is no run to cancel.
+  abortRun() {
+    const token = this.headers.Authorization.replace(/^Bearer /, "");
+    const controller = this.abortController;
+    cancelRunning(token, this.threadId, this.serverRunId).then(
+      (cancelled) => (cancelled ? setTimeout(() => controller.abort(), STOP_GRACE_MS) : controller.abort()),
+      () => controller.abort(),
+    );
+  }
+
   // The thread's latest run, replayed from its event log: its MESSAGES_SNAPSHOT is the thread before it, then
   // comes the run itself, live to its end when it still runs (a reload mid-run resumes the stream; an approval
   // the run waits for comes back with its RUN_FINISHED). Headers, not fields: CopilotKit clones agents.
@@ -28,6 +51,18 @@ class PlaygroundAgent extends HttpAgent {
       return () => controller.abort();
     });
   }
+}
+
+// Cancels the run this request started, or (when Stop came before its RUN_STARTED) the thread's running one.
+async function cancelRunning(token, threadId, runId) {
+  let target = runId ?? null;
+  if (target === null) {
+    const latest = await latestRun(token, threadId);
+    target = latest?.status === "running" ? latest.id : null;
+  }
+  if (target === null) return false;
+  await cancelRun(token, threadId, target);
+  return true;
 }
 
 async function restore(token, threadId, signal, emit) {
