@@ -22,11 +22,89 @@ class StateSnapshot(BaseModel):
     error_id: str | None = None
 
 
+def approval_interrupt_id(tool_call_id: str) -> str:
+    """The AG-UI interrupt id of a tool call that waits for the user's approval (what `resume` answers)."""
+    return f"approve-{tool_call_id}"
+
+
+class WaitingCall(BaseModel):
+    kind: Literal["approval", "frontend_tool"] = Field(
+        description='approval: the user approves or denies it, answered by a run with `{"resume": [{"interrupt_id", '
+        '"status": "resolved"|"cancelled", "payload"?}]}` (`payload.arguments` may replace the arguments); '
+        'frontend_tool: the client runs it and answers with `{"tool_results": [{"tool_call_id", "content"}]}`.'
+    )
+    tool_call_id: str = Field(description="The model's tool call id (also on the stored tool-call message).")
+    name: str = Field(description="The tool's name.")
+    arguments: str = Field(description="The call's arguments as the model wrote them (JSON text).")
+    interrupt_id: str | None = Field(description="For an approval: the `interrupt_id` its `resume` answer names.")
+
+
+_WAITING_EXAMPLE: dict[str, JsonValue] = {
+    "run_id": "5b0c1c2e-7d1a-4b7e-9a51-2c0f7c1c9e11",
+    "calls": [
+        {
+            "kind": "approval",
+            "tool_call_id": "call_0",
+            "name": "update_bio",
+            "arguments": '{"bio": "Kayaker from Lofoten"}',
+            "interrupt_id": "approve-call_0",
+        }
+    ],
+}
+
+
+class WaitingTurn(BaseModel):
+    """What a turn waits for before it can go on: the calls of the model reply it stopped at that need an answer.
+    A new user message instead closes it (its calls are answered as not run)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_WAITING_EXAMPLE]})
+
+    run_id: str = Field(description="The run that stopped to wait (it ended `completed`).")
+    calls: list[WaitingCall] = Field(min_length=1)
+
+
+class _StoredCall(BaseModel):
+    id: str
+    name: str
+    arguments: str
+    kind: Literal["approval", "frontend", "server"]
+
+
+class _StoredPendingTurn(BaseModel):
+    """Of the session's `pending_turn` (engine/runs/request/pending.py, `PendingTurn`), what a client sees."""
+
+    run_id: str
+    calls: list[_StoredCall]
+
+
+def waiting_turn(pending_turn: object) -> WaitingTurn | None:
+    """The client's view of a session's stored `pending_turn` (None: the session waits for nothing)."""
+    if pending_turn is None:
+        return None
+    stored = _StoredPendingTurn.model_validate(pending_turn)
+    calls = [
+        WaitingCall(
+            kind="approval" if call.kind == "approval" else "frontend_tool",
+            tool_call_id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            interrupt_id=approval_interrupt_id(call.id) if call.kind == "approval" else None,
+        )
+        for call in stored.calls
+        if call.kind != "server"
+    ]
+    return WaitingTurn(run_id=stored.run_id, calls=calls) if calls else None
+
+
 class Session(BaseModel):
     id: UUID
     title: str | None
     status: SessionStatus
     state_snapshot: StateSnapshot
+    waiting_for: WaitingTurn | None = Field(
+        description="What the session's last turn waits for (approvals, frontend tools) with what answers it; null "
+        "when nothing. The status says `completed` then: the run that stopped ended."
+    )
     error_id: str | None = Field(description="Set when the last run failed; also in the logs and the RUN_ERROR event.")
     billing_currency: Literal["CNY"]
     billing_country_snapshot: str = Field(description="The caller's profile country when the session was created.")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncpg
 
-from agent_runtime.engine.sessions.models import Session, StateSnapshot
+from agent_runtime.engine.sessions.models import Session, StateSnapshot, waiting_turn
 
 SESSION_COLUMNS = (
-    "id, title, status, state_snapshot, error_id, billing_currency, billing_country_snapshot, model, "
+    "id, title, status, state_snapshot, pending_turn, error_id, billing_currency, billing_country_snapshot, model, "
     "created_at, updated_at"
 )
 
@@ -49,6 +49,7 @@ def row_to_session(row: asyncpg.Record) -> Session:
         title=row["title"],
         status=row["status"],
         state_snapshot=StateSnapshot.model_validate(row["state_snapshot"]),
+        waiting_for=waiting_turn(row["pending_turn"]),
         error_id=row["error_id"],
         billing_currency=row["billing_currency"],
         billing_country_snapshot=row["billing_country_snapshot"],

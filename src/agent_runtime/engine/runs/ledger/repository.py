@@ -277,9 +277,12 @@ WITH old AS (
 DELETE FROM agent_run_events e USING old WHERE e.run_id = old.id AND e.user_id = old.user_id
 """
 
+# The session's pending turn goes with the run that left it (`engine/runs/request/pending.py`).
 LIST_SQL = """
-SELECT r.id, r.status, r.error_code, r.error_id, r.created_at, r.finished_at, count(*) OVER () AS total
+SELECT r.id, r.status, r.error_code, r.error_id, r.created_at, r.finished_at, count(*) OVER () AS total,
+       CASE WHEN s.pending_turn ->> 'run_id' = r.id::text THEN s.pending_turn END AS pending_turn
   FROM agent_runs r
+  JOIN agent_chat_sessions s ON s.id = r.session_id AND s.user_id = r.user_id
  WHERE r.session_id = $1 AND r.user_id = $2
  ORDER BY r.created_at DESC, r.id DESC LIMIT $3 OFFSET $4
 """

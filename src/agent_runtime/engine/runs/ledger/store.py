@@ -46,7 +46,7 @@ from agent_runtime.engine.runs.ledger.repository import (
     LogEndings,
     StartRecord,
 )
-from agent_runtime.engine.sessions.models import Session
+from agent_runtime.engine.sessions.models import Session, WaitingTurn, waiting_turn
 from agent_runtime.engine.sessions.repository import row_to_session
 from agent_runtime.engine.usage.models import UsageTotals
 from agent_runtime.engine.usage.repository import totals_of
@@ -66,6 +66,10 @@ class RunSummary(BaseModel):
     error_id: str | None = Field(description="Also on the session, in the RUN_ERROR event and in the logs.")
     created_at: datetime
     finished_at: datetime | None
+    waiting_for: WaitingTurn | None = Field(
+        description="On the run that stopped at approvals or frontend tools while its session still waits for them: "
+        "what answers them (as on the session)."
+    )
 
 
 class StartedRun(BaseModel):
@@ -265,7 +269,18 @@ class RunStore:
         if not rows and offset > 0:
             # Past the last page: the total still has to be counted.
             total = await self._pool.fetchval(COUNT_SQL, session_id, ctx.user_id)
-        items = [RunSummary.model_validate(dict(row)) for row in rows]
+        items = [
+            RunSummary(
+                id=row["id"],
+                status=row["status"],
+                error_code=row["error_code"],
+                error_id=row["error_id"],
+                created_at=row["created_at"],
+                finished_at=row["finished_at"],
+                waiting_for=waiting_turn(row["pending_turn"]),
+            )
+            for row in rows
+        ]
         return Page[RunSummary](items=items, total=total, limit=limit, offset=offset)
 
     async def renew(self, runs: list[HeldRun]) -> RenewedLeases:

@@ -19,6 +19,7 @@ from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.runs.request.repository import AGUI_STATE_SQL
+from agent_runtime.engine.sessions.models import approval_interrupt_id
 
 CallKind = Literal["approval", "frontend", "server"]
 
@@ -33,7 +34,7 @@ class PendingCall(BaseModel):
 
     @property
     def interrupt_id(self) -> str:
-        return f"approve-{self.id}"
+        return approval_interrupt_id(self.id)
 
 
 class PendingTurn(BaseModel):
