@@ -31,7 +31,6 @@ from tests.stubs.deepseek_stub import StubReply, StubToolCall
 
 from agent_runtime.engine.flow.prompt import (
     MAX_PROFILE_FIELD_CHARS,
-    MAX_TEXT_FIELD_ESCAPED_CHARS,
     PROFILE_BLOCK_END,
     PROFILE_BLOCK_START,
     build_global_system_prompt,
@@ -383,14 +382,6 @@ def _escaped(text: str) -> str:
     return body
 
 
-def _clipped(text: str) -> str:
-    """The longest prefix within both limits of the prompt module: characters, then escaped characters."""
-    text = text.strip()[:MAX_PROFILE_FIELD_CHARS]
-    while len(_escaped(text)) > MAX_TEXT_FIELD_ESCAPED_CHARS:
-        text = text[:-1]
-    return text
-
-
 def _strings(value: Any) -> list[str]:
     """Every string in a JSON value, keys included."""
     if isinstance(value, str):
@@ -428,9 +419,9 @@ async def test_hostile_profile_stays_escaped_inside_the_profile_block(
 
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     assert [stage_of(r) for r in h.stub.requests] == ["intent", "execution", "execution", "organization"]
-    # The bio is cut by the escaped-length limit (its escapes are long), well before the tail.
-    kept_bio = _clipped(bio)
-    assert len(_escaped(kept_bio)) <= MAX_TEXT_FIELD_ESCAPED_CHARS and len(kept_bio) < MAX_PROFILE_FIELD_CHARS
+    # The bio is cut to 512 characters, however long their escapes, well before the tail.
+    kept_bio = bio.strip()[:MAX_PROFILE_FIELD_CHARS]
+    assert len(kept_bio) == MAX_PROFILE_FIELD_CHARS
     assert kept_bio.startswith(HOSTILE_HEAD) and "WOMBAT" in kept_bio and "NUMBAT" not in kept_bio
     profile_line = (
         f'{{"username":"{HOSTILE_USERNAME}","bio":"{_escaped(kept_bio)}","interface_language":"zh-CN",'
