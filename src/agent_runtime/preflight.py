@@ -12,6 +12,8 @@ import socket
 
 import asyncpg
 
+from agent_runtime.db.migrations import PGVECTOR_AVAILABLE_SQL
+
 CONNECT_TIMEOUT_SECONDS = 10.0
 
 
@@ -59,14 +61,6 @@ def describe_database_error(exc: BaseException) -> str | None:
     return None
 
 
-# Whether the server can create pgvector's extension (migrations/0011_user_memories.sql does), and its major version
-# for the package name of the hint.
-_PGVECTOR_SQL = """
-SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available,
-       current_setting('server_version_num')::int / 10000 AS major
-"""
-
-
 async def check_database(dsn: str) -> None:
     """Connect once to a configured server (not the embedded one, which ships pgvector), check that it offers
     pgvector, and hang up."""
@@ -78,7 +72,7 @@ async def check_database(dsn: str) -> None:
             raise
         raise StartupError(message) from exc
     try:
-        row = await conn.fetchrow(_PGVECTOR_SQL)
+        row = await conn.fetchrow(PGVECTOR_AVAILABLE_SQL)
     finally:
         await conn.close()
     assert row is not None

@@ -33,6 +33,12 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at timestamptz NOT NULL DEFAULT now()
 )
 """
+# Whether the server offers pgvector's extension (migrations/0011_user_memories.sql creates it), and its major
+# version, for the package name of the hint when it does not (preflight.py).
+PGVECTOR_AVAILABLE_SQL = """
+SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector') AS available,
+       current_setting('server_version_num')::int / 10000 AS major
+"""
 _BOOTSTRAP_RACE_ERRORS = (asyncpg.UniqueViolationError, asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError)
 
 
