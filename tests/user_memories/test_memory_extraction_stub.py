@@ -80,6 +80,18 @@ async def test_a_broken_or_hostile_answer_stores_nothing_and_never_fails_the_run
     assert (await sh.client.get("/v1/memories", headers=user.headers)).json()["total"] == 0
 
 
+async def test_an_extracted_fact_is_stored_without_characters_that_hide_text(
+    sh: Harness, make_user: Callable[[], User]
+) -> None:
+    # Zero-width space, a right-to-left override and its end, an isolate, the BOM, tag characters spelling "HI".
+    fact = "The user\u200b lives in \u202eOslo\u202c.\u2066\u2069\ufeff\U000e0048\U000e0049"
+    sh.stub.responder = responder(json.dumps({"operations": [{"action": "add", "fact": fact}]}))
+    user = make_user()
+    await _turn(sh, user, "I live in Oslo.")
+    memories = (await sh.client.get("/v1/memories", headers=user.headers)).json()
+    assert [m["text"] for m in memories["items"]] == ["The user lives in Oslo."]
+
+
 async def test_a_call_made_before_the_extraction_fails_is_still_billed(
     sh: Harness, make_user: Callable[[], User]
 ) -> None:
