@@ -14,6 +14,7 @@ from tests.stubs.deepseek_stub import RecordedRequest, StubFault, StubReply
 
 from agent_runtime.engine.llm.embeddings import ProviderEmbeddings
 from agent_runtime.engine.user_memories.embeddings import LiteLLMEmbedder
+from agent_runtime.engine.user_memories.lanes import Lane
 
 __all__ = ["make_harness"]
 
@@ -132,14 +133,14 @@ async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
         return ProviderEmbeddings(vectors=[[0.0] * 383 + [1.0] for _ in texts], input_tokens=1_000)
 
     embedder = LiteLLMEmbedder("openai/text-embedding-3-small", embed, price_per_mtok=Decimal("0.14"))
-    result = await embedder.embed(["a", "b"], "passage")
+    result = await embedder.embed(["a", "b"], "passage", lane=Lane.EXTRACTION)
     assert result.cost_cny == Decimal("0.00014") and result.input_tokens == 1_000 and len(result.vectors) == 2
 
     async def wrong(model: str, texts: list[str]) -> ProviderEmbeddings:
         return ProviderEmbeddings(vectors=[[1.0] * 1536 for _ in texts], input_tokens=3)
 
     with pytest.raises(ValueError, match="384"):
-        await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query")
+        await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query", lane=Lane.SEARCH)
 
 
 async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> None:
@@ -149,8 +150,10 @@ async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> Non
 
     embedder = LocalEmbedder(threads=1)
     try:
-        passages = await embedder.embed(["The user is allergic to peanuts.", "用户住在上海。"], "passage")
-        query = await embedder.embed(["我住在哪里？"], "query")
+        passages = await embedder.embed(
+            ["The user is allergic to peanuts.", "用户住在上海。"], "passage", lane=Lane.EXTRACTION
+        )
+        query = await embedder.embed(["我住在哪里？"], "query", lane=Lane.RUN)
         assert {t.name for t in threading.enumerate() if t.name.startswith("embedding")} == {"embedding_0"}
         assert all(len(v) == 384 for v in [*passages.vectors, *query.vectors])
         scores = [sum(a * b for a, b in zip(p, query.vectors[0], strict=True)) for p in passages.vectors]

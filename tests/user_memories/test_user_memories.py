@@ -16,6 +16,7 @@ from tests.runs.conftest import Harness, MakeHarness, make_harness, text_message
 from agent_runtime.engine.llm.demo import memories as demo_memories
 from agent_runtime.engine.user_memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
 from agent_runtime.engine.user_memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
+from agent_runtime.engine.user_memories.lanes import Lane
 
 __all__ = ["make_harness"]  # the fixture, shared with tests/runs/
 
@@ -222,9 +223,9 @@ async def test_a_user_without_memories_costs_no_embedding_and_a_turns_text_is_em
     class Counting:
         model = embedder.model
 
-        async def embed(self, texts: list[str], purpose: Any) -> Any:
+        async def embed(self, texts: list[str], purpose: Any, *, lane: Lane) -> Any:
             asked.append((purpose, list(texts)))
-            return await embedder.embed(texts, purpose)
+            return await embedder.embed(texts, purpose, lane=lane)
 
         def close(self) -> None:
             embedder.close()
