@@ -120,6 +120,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     from agent_runtime.engine.auth import mint_token
     from agent_runtime.engine.context import RequestContext
     from agent_runtime.engine.user_memories.block import recall_block
+    from agent_runtime.engine.user_memories.lanes import Lane
     from agent_runtime.settings import Settings
 
     settings = Settings(
@@ -162,9 +163,11 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                             for _ in range(args.distractors * 2)
                         }
                     )[: args.distractors]
-                    vectors = await engine.memories.store.embedder.embed(texts, "passage")
+                    vectors = await engine.memories.store.embedder.embed(texts, "passage", lane=Lane.EXTRACTION)
                     for text, vector in zip(texts, vectors.vectors, strict=True):
-                        await engine.memories.store.add(ctx, text, sources=[], session_id=None, vector=vector)
+                        await engine.memories.store.add(
+                            ctx, text, sources=[], session_id=None, vector=vector, generation=0
+                        )
                     # Deletion: the user deletes the pet fact through the API.
                     page = (
                         await client.get("/v1/memories", headers=headers, params={"q": "dog 狗", "limit": 1})
@@ -252,6 +255,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from agent_runtime.engine.context import RequestContext
     from agent_runtime.engine.user_memories.embeddings import LocalEmbedder, vector_literal
+    from agent_runtime.engine.user_memories.lanes import Lane
 
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
     embedder = LocalEmbedder()
@@ -283,7 +287,7 @@ async def latency(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     for i in range(args.samples):
         q = questions[i % len(questions)] + f" {i}"
         t0 = time.perf_counter()
-        emb = await embedder.embed([q], "query")
+        emb = await embedder.embed([q], "query", lane=Lane.RUN)
         t1 = time.perf_counter()
         from agent_runtime.engine.user_memories.repository import RECALL_SQL
 

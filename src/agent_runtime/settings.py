@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     user_memories_extraction_concurrency: int = Field(default=2, ge=1, le=64)
     # The forget tool deletes memories at least this similar to what the user asks to forget (model-specific).
     user_memories_forget_min_similarity: float = Field(default=0.85, ge=0, le=1)
+    # Memory searches (GET /v1/memories?q=) embed on the threads every run's recall uses: per user, at most this many
+    # in flight and this many a minute (429 too_many_searches), and this many in flight in the process (503
+    # search_busy). Per process (engine/user_memories/search_limits.py).
+    user_memories_searches_at_once_per_user: int = Field(default=2, ge=1, le=64)
+    user_memories_searches_per_minute: int = Field(default=30, ge=1, le=10_000)
+    user_memories_searches_at_once: int = Field(default=8, ge=1, le=1000)
 
     crewai_config_dir: Path
     run_timeout_seconds: float = Field(default=300.0, gt=0)

@@ -17,6 +17,7 @@ from tests.stubs.prefix_cache import PrefixCacheStub
 
 from agent_runtime.api.app import create_app
 from agent_runtime.engine.context import RequestContext
+from agent_runtime.engine.user_memories.lanes import Lane
 from agent_runtime.settings import Settings
 
 FACTS = [
@@ -63,10 +64,10 @@ async def hit_share(settings: Settings, user: User, *, memories: bool) -> tuple[
         async with app.router.lifespan_context(app):
             engine = app.state.engine
             store = engine.memories.store
-            vectors = await store.embedder.embed(FACTS, "passage")
+            vectors = await store.embedder.embed(FACTS, "passage", lane=Lane.EXTRACTION)
             ctx = RequestContext(user_id=user.id)
             for text, vector in zip(FACTS, vectors.vectors, strict=True):
-                await store.add(ctx, text, sources=[], session_id=None, vector=vector)
+                await store.add(ctx, text, sources=[], session_id=None, vector=vector, generation=0)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as client:
                 sid = (await client.post("/v1/sessions", headers=user.headers)).json()["id"]

@@ -14,6 +14,7 @@ from tests.stubs.deepseek_stub import RecordedRequest, StubFault, StubReply
 
 from agent_runtime.engine.llm.embeddings import ProviderEmbeddings
 from agent_runtime.engine.user_memories.embeddings import LiteLLMEmbedder
+from agent_runtime.engine.user_memories.lanes import Lane
 
 __all__ = ["make_harness"]
 
@@ -80,6 +81,18 @@ async def test_a_broken_or_hostile_answer_stores_nothing_and_never_fails_the_run
     assert (await sh.client.get("/v1/memories", headers=user.headers)).json()["total"] == 0
 
 
+async def test_an_extracted_fact_is_stored_without_characters_that_hide_text(
+    sh: Harness, make_user: Callable[[], User]
+) -> None:
+    # Zero-width space, a right-to-left override and its end, an isolate, the BOM, tag characters spelling "HI".
+    fact = "The user\u200b lives in \u202eOslo\u202c.\u2066\u2069\ufeff\U000e0048\U000e0049"
+    sh.stub.responder = responder(json.dumps({"operations": [{"action": "add", "fact": fact}]}))
+    user = make_user()
+    await _turn(sh, user, "I live in Oslo.")
+    memories = (await sh.client.get("/v1/memories", headers=user.headers)).json()
+    assert [m["text"] for m in memories["items"]] == ["The user lives in Oslo."]
+
+
 async def test_a_call_made_before_the_extraction_fails_is_still_billed(
     sh: Harness, make_user: Callable[[], User]
 ) -> None:
@@ -120,14 +133,14 @@ async def test_a_paid_embedding_model_is_priced_in_cny() -> None:
         return ProviderEmbeddings(vectors=[[0.0] * 383 + [1.0] for _ in texts], input_tokens=1_000)
 
     embedder = LiteLLMEmbedder("openai/text-embedding-3-small", embed, price_per_mtok=Decimal("0.14"))
-    result = await embedder.embed(["a", "b"], "passage")
+    result = await embedder.embed(["a", "b"], "passage", lane=Lane.EXTRACTION)
     assert result.cost_cny == Decimal("0.00014") and result.input_tokens == 1_000 and len(result.vectors) == 2
 
     async def wrong(model: str, texts: list[str]) -> ProviderEmbeddings:
         return ProviderEmbeddings(vectors=[[1.0] * 1536 for _ in texts], input_tokens=3)
 
     with pytest.raises(ValueError, match="384"):
-        await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query")
+        await LiteLLMEmbedder("m", wrong, price_per_mtok=Decimal(0)).embed(["a"], "query", lane=Lane.SEARCH)
 
 
 async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> None:
@@ -137,8 +150,10 @@ async def test_the_local_model_runs_on_its_own_pool_and_is_multilingual() -> Non
 
     embedder = LocalEmbedder(threads=1)
     try:
-        passages = await embedder.embed(["The user is allergic to peanuts.", "用户住在上海。"], "passage")
-        query = await embedder.embed(["我住在哪里？"], "query")
+        passages = await embedder.embed(
+            ["The user is allergic to peanuts.", "用户住在上海。"], "passage", lane=Lane.EXTRACTION
+        )
+        query = await embedder.embed(["我住在哪里？"], "query", lane=Lane.RUN)
         assert {t.name for t in threading.enumerate() if t.name.startswith("embedding")} == {"embedding_0"}
         assert all(len(v) == 384 for v in [*passages.vectors, *query.vectors])
         scores = [sum(a * b for a, b in zip(p, query.vectors[0], strict=True)) for p in passages.vectors]

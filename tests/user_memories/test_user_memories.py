@@ -16,6 +16,7 @@ from tests.runs.conftest import Harness, MakeHarness, make_harness, text_message
 from agent_runtime.engine.llm.demo import memories as demo_memories
 from agent_runtime.engine.user_memories.block import RECALL_BLOCK_END, RECALL_BLOCK_START, clean_fact, recall_block
 from agent_runtime.engine.user_memories.extraction import TURN_BLOCK_END, TURN_BLOCK_START
+from agent_runtime.engine.user_memories.lanes import Lane
 
 __all__ = ["make_harness"]  # the fixture, shared with tests/runs/
 
@@ -189,6 +190,24 @@ def test_a_memory_is_a_short_third_person_fact() -> None:
     assert len(clean_fact("用户" + "很" * 600, 300) or "") == 300
 
 
+# Characters that show nothing and can hide or reorder text: zero-width space, non-joiner and joiner, the bidi marks,
+# embeddings, overrides and isolates, word joiner, BOM, soft hyphen, tag characters (an invisible "IGNORE"),
+# variation selectors, the combining grapheme joiner, the Hangul filler.
+HIDDEN = (
+    "\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\ufeff\u00ad"
+    "\U000e0049\U000e0047\U000e004e\U000e004f\U000e0052\U000e0045\ufe0f\U000e0100\u034f\u3164"
+)
+
+
+def test_characters_that_hide_text_are_removed_before_a_fact_is_stored() -> None:
+    assert clean_fact(f"The user{HIDDEN} lives in Os{HIDDEN}lo.{HIDDEN}", 300) == "The user lives in Oslo."
+    # An override that would show "The user lives in Oslo" reversed, or hide a word: gone, the letters stay in order.
+    assert clean_fact("The user lives in \u202eolsO\u202c.", 300) == "The user lives in olsO."
+    assert clean_fact(f"{HIDDEN}The user likes tea", 300) == "The user likes tea"
+    assert clean_fact(HIDDEN, 300) is None
+    assert clean_fact("用户\u200b住在上海。", 300) == "用户住在上海。"
+
+
 def test_the_demo_model_reads_the_markers_the_engine_writes() -> None:
     assert (demo_memories.RECALL_BLOCK_START, demo_memories.RECALL_BLOCK_END) == (RECALL_BLOCK_START, RECALL_BLOCK_END)
     assert (demo_memories.TURN_BLOCK_START, demo_memories.TURN_BLOCK_END) == (TURN_BLOCK_START, TURN_BLOCK_END)
@@ -204,9 +223,9 @@ async def test_a_user_without_memories_costs_no_embedding_and_a_turns_text_is_em
     class Counting:
         model = embedder.model
 
-        async def embed(self, texts: list[str], purpose: Any) -> Any:
+        async def embed(self, texts: list[str], purpose: Any, *, lane: Lane) -> Any:
             asked.append((purpose, list(texts)))
-            return await embedder.embed(texts, purpose)
+            return await embedder.embed(texts, purpose, lane=lane)
 
         def close(self) -> None:
             embedder.close()

@@ -60,9 +60,10 @@ _DESCRIPTIONS = {
     402: "`budget_exceeded`: your daily or monthly CNY budget is used up; the message says which and when it "
     "resets (also `Retry-After`).",
     429: "`server_busy` (this process is full), `too_many_runs` (your runs in progress), `rate_limited` (your runs "
-    "per minute): retry after `Retry-After` seconds; `too_many_sessions`: delete some.",
-    503: "Not ready, shutting down (`shutting_down`), or without its database (`database_unavailable`); both with "
-    "`Retry-After`.",
+    "per minute), `too_many_searches` (your memory searches in flight or per minute): retry after `Retry-After` "
+    "seconds; `too_many_sessions`: delete some.",
+    503: "Not ready, shutting down (`shutting_down`), without its database (`database_unavailable`), or running as "
+    "many memory searches as it may (`search_busy`); all with `Retry-After`.",
 }
 
 

@@ -87,6 +87,12 @@ class TooManySessionsError(TooManyRequestsError):
     code = "too_many_sessions"
 
 
+class TooManySearchesError(TooManyRequestsError):
+    """The caller has as many memory searches in flight, or made as many this minute, as one user may."""
+
+    code = "too_many_searches"
+
+
 class BudgetExceededError(AppError):
     status_code = 402
     code = "budget_exceeded"
@@ -102,6 +108,13 @@ class RunLostError(AppError):
 class ShuttingDownError(AppError):
     status_code = 503
     code = "shutting_down"
+
+
+class SearchBusyError(AppError):
+    """This process runs as many memory searches as it may, across its users (USER_MEMORIES_SEARCHES_AT_ONCE)."""
+
+    status_code = 503
+    code = "search_busy"
 
 
 class DatabaseUnavailableError(AppError):

@@ -13,7 +13,7 @@ from agent_runtime.engine.user_memories.models import MemoryPage
 router = APIRouter(prefix="/v1/memories", tags=["memories"])
 
 
-@router.get("", response_model=MemoryPage, responses=error_responses(401, 422))
+@router.get("", response_model=MemoryPage, responses=error_responses(401, 422, 429, 503))
 async def list_memories(
     engine: Engine,
     ctx: Caller,
@@ -23,7 +23,8 @@ async def list_memories(
         Query(min_length=1, max_length=500, description="Search: text matches first, then by meaning."),
     ] = None,
 ) -> MemoryPage:
-    """The caller's long-term memories, newest first (with `q`: the closest first)."""
+    """The caller's long-term memories, newest first (with `q`: the closest first; searches are limited per user,
+    429 `too_many_searches`, and per server, 503 `search_busy`, both with `Retry-After`)."""
     return await engine.memories.page(ctx, limit=page.limit, offset=page.offset, q=q)
 
 

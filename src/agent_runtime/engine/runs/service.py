@@ -194,6 +194,7 @@ class RunService:
             events=events,
             state=RunStateTracker(events, str(started.run_id)),
             has_memories=started.has_memories,
+            memory_generation=started.memory_generation,
         )
         job = RunJob(ctx, started, turn, stream.log)
         self._jobs[started.run_id] = job

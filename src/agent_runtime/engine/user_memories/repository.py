@@ -12,26 +12,47 @@ from agent_runtime.engine.user_memories.models import Memory, RecalledMemory
 
 MEMORY_COLUMNS = "id, text, source_message_ids, source_session_id, created_at, updated_at"
 
-# $1 owner, $2 text, $3 source message ids, $4 session, $5 vector, $6 model.
+# An extraction writes only while the owner's generation is the one its run started with ($7 on insert, $8 on
+# update): DELETE /v1/memories bumps it in the transaction that deletes (DELETE_ALL_SQL), so a delete-all that
+# commits wins over every extraction in flight. The upsert creates the owner's row if there is none yet and locks it
+# until the write commits; a delete-all's bump waits for that lock (and its DELETE, the next statement, then sees the
+# write), or the write waits for the bump's commit and sees the new generation. No-op update: RETURNING gives the
+# generation in force, whichever came first.
+_GENERATION_LOCK = """
+g AS (
+    INSERT INTO user_memory_generations AS g (user_id) VALUES ($1)
+    ON CONFLICT (user_id) DO UPDATE SET generation = g.generation
+    RETURNING generation
+)"""
+
+# $1 owner, $2 text, $3 source message ids, $4 session, $5 vector, $6 model, $7 the run's generation.
 INSERT_SQL = f"""
+WITH {_GENERATION_LOCK}
 INSERT INTO user_memories (user_id, text, source_message_ids, source_session_id, embedding, embedding_model)
-VALUES ($1, $2, $3, $4, $5::vector, $6)
+SELECT $1, $2, $3, $4, $5::vector, $6 FROM g WHERE g.generation = $7
 RETURNING {MEMORY_COLUMNS}
 """
 
-# $1 owner, $2 id, $3 text, $4 new source message ids, $5 session, $6 vector, $7 model.
+# $1 owner, $2 id, $3 text, $4 new source message ids, $5 session, $6 vector, $7 model, $8 the run's generation.
 UPDATE_SQL = f"""
+WITH {_GENERATION_LOCK}
 UPDATE user_memories
 SET text = $3, embedding = $6::vector, embedding_model = $7, source_session_id = $5, updated_at = now(),
     source_message_ids = (
         SELECT coalesce(array_agg(s ORDER BY n), '{{}}') FROM (
             SELECT s, min(n) AS n FROM unnest(source_message_ids || $4::text[]) WITH ORDINALITY AS t(s, n)
             GROUP BY s ORDER BY min(n) DESC LIMIT 64) d)
-WHERE user_id = $1 AND id = $2
+WHERE user_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM g WHERE g.generation = $8)
 RETURNING {MEMORY_COLUMNS}
 """
 
 DELETE_SQL = "DELETE FROM user_memories WHERE user_id = $1 AND id = $2 RETURNING id"
+# Two statements in one transaction, in this order: the bump first (it waits for an extraction's write holding the
+# generation row), then the DELETE, whose snapshot is taken after the bump and so sees that write.
+BUMP_GENERATION_SQL = """
+INSERT INTO user_memory_generations AS g (user_id, generation) VALUES ($1, 1)
+ON CONFLICT (user_id) DO UPDATE SET generation = g.generation + 1
+"""
 DELETE_ALL_SQL = "DELETE FROM user_memories WHERE user_id = $1"
 
 COUNT_SQL = "SELECT count(*) FROM user_memories WHERE user_id = $1"

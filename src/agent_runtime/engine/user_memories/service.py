@@ -31,7 +31,9 @@ from agent_runtime.engine.user_memories.extraction import (
     embedding_rows,
     worth_extracting,
 )
+from agent_runtime.engine.user_memories.lanes import Lane
 from agent_runtime.engine.user_memories.models import MemoryPage, RecalledMemory, TurnFacts
+from agent_runtime.engine.user_memories.search_limits import SearchLimiter
 from agent_runtime.engine.user_memories.store import MemoryStore
 from agent_runtime.settings import Settings
 
@@ -82,6 +84,11 @@ class MemoryService:
         self._llm = llm
         self.store = MemoryStore(pool, build_embedder(settings))
         self._slots = asyncio.Semaphore(settings.user_memories_extraction_concurrency)
+        self._searches = SearchLimiter(
+            per_minute=settings.user_memories_searches_per_minute,
+            at_once_per_user=settings.user_memories_searches_at_once_per_user,
+            at_once=settings.user_memories_searches_at_once,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._task: ExtractionTask | None = None
 
@@ -100,7 +107,7 @@ class MemoryService:
         `message_id` (its last user message), and what the session's earlier turns were shown. `searched=False`:
         the user has no memory (MemoryStore.recall)."""
         k = self._settings.user_memories_recall_k
-        found = await self.store.recall(ctx, text, k=k, session_id=session_id, searched=searched)
+        found = await self.store.recall(ctx, text, k=k, session_id=session_id, lane=Lane.RUN, searched=searched)
         budget = self._settings.user_memories_recall_max_tokens
         floor = (found.hits[0].similarity if found.hits else 0.0) - self._settings.user_memories_recall_margin
         hits: list[RecalledMemory] = []
@@ -174,7 +181,11 @@ class MemoryService:
 
     # -- the user's own view -------------------------------------------------------------------------
     async def page(self, ctx: RequestContext, *, limit: int, offset: int, q: str | None) -> MemoryPage:
-        return await self.store.page(ctx, limit=limit, offset=offset, q=q)
+        """A search (`q`) embeds the query, within the search limits (search_limits.py); a list does not."""
+        if q is None:
+            return await self.store.page(ctx, limit=limit, offset=offset, q=None)
+        with self._searches.admit(ctx.user_id):
+            return await self.store.page(ctx, limit=limit, offset=offset, q=q)
 
     async def delete(self, ctx: RequestContext, memory_id: UUID) -> None:
         await self.store.delete(ctx, memory_id)

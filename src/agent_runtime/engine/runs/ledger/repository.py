@@ -130,7 +130,8 @@ WITH started AS (
     FROM {incoming_rows_sql(9)} CROSS JOIN started c
 )
 SELECT s.*, (SELECT to_jsonb(p) FROM profiles p WHERE p.user_id = $2) AS profile,
-       EXISTS (SELECT 1 FROM user_memories m WHERE m.user_id = $2) AS has_memories
+       EXISTS (SELECT 1 FROM user_memories m WHERE m.user_id = $2) AS has_memories,
+       COALESCE((SELECT g.generation FROM user_memory_generations g WHERE g.user_id = $2), 0) AS memory_generation
   FROM started s
 """
 

@@ -80,6 +80,7 @@ class StartedRun(BaseModel):
     client_state: dict[str, JsonValue] | None = Field(default=None, description="The session's AG-UI state.")
     reserved_cny: Decimal = Field(default=Decimal(0), description="What the run holds against the user's budgets.")
     has_memories: bool = Field(default=False, description="The user has long-term memories (nothing to recall else).")
+    memory_generation: int = Field(default=0, ge=0, description="The user's memory generation (a delete-all bumps it).")
 
 
 class RunEnd(BaseModel):
@@ -212,6 +213,7 @@ class RunStore:
             client_state=row["client_state"],
             reserved_cny=reserved,
             has_memories=row["has_memories"],
+            memory_generation=row["memory_generation"],
         )
 
     async def grow_hold(self, ctx: RequestContext, session_id: UUID, run_id: UUID, amount: Decimal) -> None:

@@ -76,8 +76,9 @@ class TurnJob:
     client_state: dict[str, JsonValue] | None
     events: RunEvents
     state: RunStateTracker
-    # The user had long-term memories when the run started (its start statement says).
+    # The user had long-term memories when the run started (its start statement says), and their generation.
     has_memories: bool = False
+    memory_generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ class TurnRunner:
             answer_text=outcome.assistant_text,
             answer_message_id=answer_message_id,
             had_memories=job.has_memories,
+            memory_generation=job.memory_generation,
         )
 
     def remember(self, job: TurnJob, result: TurnResult) -> None:
