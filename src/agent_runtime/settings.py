@@ -100,6 +100,9 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(default=2, ge=0, le=10)
     llm_retry_base_seconds: float = Field(default=0.5, ge=0)
     llm_retry_max_seconds: float = Field(default=8.0, ge=0)
+    # How long one call waits for a model that answers 429 (busy: DeepSeek limits requests in flight per account and
+    # model) before its fallback chain, which waits as long again; at most a quarter of RUN_TIMEOUT_SECONDS.
+    llm_overload_wait_seconds: float = Field(default=60.0, ge=0)
     # Data files: CONFIG_DIR holds pricing.yaml, models.yaml and crewai/ (default: the copy shipped in the package,
     # see resources.py); PRICING_FILE, MODELS_FILE and CREWAI_CONFIG_DIR point at one of them elsewhere.
     config_dir: Path = Field(default_factory=default_config_dir)
@@ -241,6 +244,9 @@ class Settings(BaseSettings):
             )
         if self.memory_summary and self.memory_summary_max_tokens >= self.memory_max_tokens:
             raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
+        if self.llm_overload_wait_seconds * 4 > self.run_timeout_seconds:
+            # A call waits this long on its model and as long again on its fallback chain, and a run makes several.
+            raise ValueError("LLM_OVERLOAD_WAIT_SECONDS must be at most a quarter of RUN_TIMEOUT_SECONDS")
         if self.run_heartbeat_seconds * 2 > self.run_lease_seconds:
             # One missed heartbeat (a busy loop, a slow database) must not lose a healthy run's lease.
             raise ValueError("RUN_HEARTBEAT_SECONDS must be at most half of RUN_LEASE_SECONDS")

@@ -55,7 +55,11 @@ TEMPLATES: FlowTemplates = load_flow_templates(default_config_dir() / "crewai")
 CONTEXT = UserAgentContext(user_id=UUID(int=7), username="mia", bio="likes maths", settings=ProfileSettingsV2())
 SYSTEM_PROMPT = build_global_system_prompt(CONTEXT, TEMPLATES)
 HISTORY: list[ChatMessage] = [UserMessage(content="hi there"), AssistantMessage(content="Hello! How can I help?")]
-HISTORY_WIRE = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "Hello! How can I help?"}]
+# As the intent call of that turn sent it: its user turn closed by the intent contract's line (engine/flow/prompt.py).
+HISTORY_WIRE = [
+    {"role": "user", "content": "hi there\n\nAnswer as the intent stage: only the IntentResult JSON object."},
+    {"role": "assistant", "content": "Hello! How can I help?"},
+]
 EXECUTION_REQUEST = (
     "Stage: execution\nCarry out the execution_brief of your intent answer above.\n"
     "Answer as the execution stage: only the ExecutionResult JSON object."
@@ -68,6 +72,11 @@ ORGANIZATION_REQUEST = (
 
 def USER(text: str) -> dict[str, str]:
     return {"role": "user", "content": text}
+
+
+def TURN(text: str) -> dict[str, str]:
+    """The intent stage's request: the user's turn, closed by the line naming its contract."""
+    return USER(f"{text}\n\nAnswer as the intent stage: only the IntentResult JSON object.")
 
 
 DIRECT = IntentResult(route="DIRECT_EXECUTION", assistant_text="Doing well, thanks!", intent_summary="small talk")
@@ -176,7 +185,7 @@ async def test_direct_route_is_one_model_call_that_sees_system_prompt_history_an
     assert "response_format" not in json.dumps(call.model_dump())
     # A plain chat: the system prompt (which holds every stage's static texts), the history, the user's turn as
     # they wrote it, so that the next turn repeats this call's input in full.
-    assert call.messages == [{"role": "system", "content": SYSTEM_PROMPT}, *HISTORY_WIRE, USER("How are you?")]
+    assert call.messages == [{"role": "system", "content": SYSTEM_PROMPT}, *HISTORY_WIRE, TURN("How are you?")]
     assert call.max_tokens == TEMPLATES.intent.task.max_tokens
     assert TEMPLATES.intent.agent.role in SYSTEM_PROMPT
     assert '"title":"IntentResult"' in SYSTEM_PROMPT
@@ -234,7 +243,7 @@ async def test_needs_execution_runs_the_tool_on_the_app_loop_in_four_model_calls
 
     # Each call repeats the one before it and its answer, byte for byte, and adds its own request: the provider's
     # cache holds every prefix but the new part.
-    start = [{"role": "system", "content": SYSTEM_PROMPT}, *HISTORY_WIRE, USER("What is 17 + 25?")]
+    start = [{"role": "system", "content": SYSTEM_PROMPT}, *HISTORY_WIRE, TURN("What is 17 + 25?")]
     assert model.calls[0].messages == start
     intent_answer = {"role": "assistant", "content": NEEDS.model_dump_json()}
     assert model.calls[1].messages == [*start, intent_answer, USER(EXECUTION_REQUEST)]
@@ -321,7 +330,7 @@ async def test_concurrent_turns_keep_their_calls_and_tool_events_apart() -> None
         turns = [
             [m["content"] for m in call.messages if m["content"] and "run " in m["content"]] for call in model.calls
         ]
-        assert turns == [[f"run {index}"]] * 4
+        assert turns == [[TURN(f"run {index}")["content"]]] * 4
         [result] = events
         assert (result.stage, result.call_id, result.name) == ("execution", f"call_{index}", "calculator")
         assert json.loads(result.content)["result"] == str(index + 1)
@@ -678,7 +687,7 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
     # A resumed turn: the intent answer is the one the stopped run decided, then the stage goes on.
     assert execution.messages == [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": "What time is it?"},
+        TURN("What time is it?"),
         {
             "role": "assistant",
             "content": None,
@@ -689,7 +698,7 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
         },
         {"role": "tool", "tool_call_id": "call_old", "content": '{"time": "09:00"}', "name": "current_time"},
         {"role": "assistant", "content": "It is 9."},
-        USER("And 17 + 25?"),
+        TURN("And 17 + 25?"),
         {"role": "assistant", "content": NEEDS.model_dump_json()},
         USER(EXECUTION_REQUEST),
         *tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}', reasoning="add them"),

@@ -176,7 +176,8 @@ def test_missing_bio_is_an_empty_string() -> None:
 
 
 def test_intent_payload_whole(templates: FlowTemplates) -> None:
-    # The intent stage has no request of its own: the user's turn, as they wrote it, is its last message.
+    # The intent stage has no request of its own: the user's turn, as they wrote it, is its last message, closed by
+    # the line naming the contract (a model that answers the nearest schema would answer the system prompt's last).
     variables = IntentVariables(user_input="{user_input} {0} {__class__}", ai_language="en-US")
     payload = build_stage_prompt_payload("intent", templates=templates, variables=variables)
     assert payload == StagePromptPayload(
@@ -187,7 +188,7 @@ def test_intent_payload_whole(templates: FlowTemplates) -> None:
             backstory=templates.intent.agent.backstory,
             tools=[],
         ),
-        request="{user_input} {0} {__class__}",
+        request="{user_input} {0} {__class__}\n\nAnswer as the intent stage: only the IntentResult JSON object.",
     )
 
 

@@ -66,22 +66,38 @@ async def test_bad_request_is_not_retried(stub: DeepSeekStub, make_client: MakeC
 
 
 async def test_honours_retry_after_capped_by_the_setting(stub: DeepSeekStub, make_client: MakeClient) -> None:
-    stub.enqueue(busy(429, retry_after="0.3"))
+    stub.enqueue(busy(503, retry_after="0.3"))
     start = time.perf_counter()
     await make_client(llm_retry_max_seconds=5.0).complete(HELLO)
     assert time.perf_counter() - start >= 0.3
 
-    stub.enqueue(busy(429, retry_after="30"))
+    stub.enqueue(busy(503, retry_after="30"))
     start = time.perf_counter()
     await make_client(llm_retry_max_seconds=0.1).complete(HELLO)
     assert time.perf_counter() - start < 2.0
     assert len(stub.requests) == 4
 
 
+async def test_a_429s_retry_after_is_honoured_within_the_wait_budget(
+    stub: DeepSeekStub, make_client: MakeClient
+) -> None:
+    stub.enqueue(busy(429, retry_after="0.3"))
+    start = time.perf_counter()
+    await make_client(llm_retry_max_seconds=0.0).complete(HELLO)
+    assert time.perf_counter() - start >= 0.3
+
+    stub.enqueue(busy(429, retry_after="30"), busy(429, retry_after="30"))
+    start = time.perf_counter()
+    with pytest.raises(LLMRateLimitError):
+        await make_client(llm_overload_wait_seconds=0.4).complete(HELLO)
+    assert 0.4 <= time.perf_counter() - start < 2.0
+    assert len(stub.requests) == 4
+
+
 async def test_rate_limit_error_carries_retry_after(stub: DeepSeekStub, make_client: MakeClient) -> None:
     stub.enqueue(busy(429, retry_after="12"))
     with pytest.raises(LLMRateLimitError) as caught:
-        await make_client(llm_max_retries=0).complete(HELLO)
+        await make_client(llm_max_retries=0, llm_overload_wait_seconds=0.0).complete(HELLO)
     assert (caught.value.provider_status, caught.value.retry_after) == (429, 12.0)
 
 

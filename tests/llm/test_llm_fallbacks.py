@@ -14,7 +14,7 @@ from tests.stubs.deepseek_stub import DeepSeekStub, StubFault, StubReply
 
 from agent_runtime.engine.llm import LLMClient, LLMRequest, LLMServerError, WireMessage
 from agent_runtime.engine.llm.catalog import FallbackTarget, ModelCatalog, ModelsFile
-from agent_runtime.engine.llm.errors import LLMRateLimitError, LLMUnavailableError
+from agent_runtime.engine.llm.errors import LLMUnavailableError
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import UnfinishedCall
 from agent_runtime.observability.metrics import MODEL_FALLBACKS
@@ -35,7 +35,9 @@ def busy(status: int = 429) -> StubFault:
 
 
 def client(stub: DeepSeekStub, *, catalog: ModelCatalog = CHAIN, retries: int = 1) -> LLMClient:
-    return LLMClient(stub_settings(stub, llm_max_retries=retries), catalog=catalog, clock=lambda: PEAK)
+    # A 429 goes to the chain at once here: how long a call waits for a busy model is tests/llm/test_llm_overload.py's.
+    settings = stub_settings(stub, llm_max_retries=retries, llm_overload_wait_seconds=0.0)
+    return LLMClient(settings, catalog=catalog, clock=lambda: PEAK)
 
 
 def fallbacks(model: str, fallback: str) -> float:
@@ -45,7 +47,7 @@ def fallbacks(model: str, fallback: str) -> float:
 async def test_a_model_that_keeps_refusing_falls_back_and_the_answer_is_priced_by_its_own_model(
     stub: DeepSeekStub,
 ) -> None:
-    stub.enqueue(busy(429), busy(503), StubReply(content="from pro", reasoning_content=None))
+    stub.enqueue(busy(503), busy(503), StubReply(content="from pro", reasoning_content=None))
     before = fallbacks("deepseek/deepseek-flash", "deepseek/deepseek-v4-pro")
     response = await client(stub).complete(HELLO)
     assert [r.body["model"] for r in stub.requests] == ["deepseek-flash", "deepseek-flash", "deepseek-v4-pro"]
@@ -64,7 +66,7 @@ async def test_a_model_that_keeps_refusing_falls_back_and_the_answer_is_priced_b
 
 
 async def test_a_streamed_call_falls_back_too(stub: DeepSeekStub) -> None:
-    stub.enqueue(busy(429), busy(429), StubReply(content="streamed by pro"))
+    stub.enqueue(busy(503), busy(503), StubReply(content="streamed by pro"))
     pieces: list[str] = []
 
     async def on_delta(text: str) -> bool:
@@ -95,8 +97,8 @@ LOOK = LLMRequest(
 
 
 async def test_a_call_with_an_image_falls_back_only_to_a_model_that_sees_images(stub: DeepSeekStub) -> None:
-    stub.enqueue(busy(429), busy(429))
-    with pytest.raises(LLMRateLimitError):
+    stub.enqueue(busy(503), busy(503))
+    with pytest.raises(LLMServerError):
         await client(stub).complete(LOOK)
     assert [r.body["model"] for r in stub.requests] == ["deepseek-flash", "deepseek-flash"]
 
@@ -110,12 +112,12 @@ async def test_a_call_with_an_image_falls_back_only_to_a_model_that_sees_images(
             }
         )
     )
-    stub.enqueue(busy(429), busy(429), StubReply(content="a tiny PNG", reasoning_content=None))
+    stub.enqueue(busy(503), busy(503), StubReply(content="a tiny PNG", reasoning_content=None))
     response = await client(stub, catalog=seeing).complete(LOOK)
     assert (response.model, response.content) == ("deepseek/deepseek-v4-flash", "a tiny PNG")
     assert [r.body["model"] for r in stub.requests[2:]] == ["deepseek-flash", "deepseek-flash", "deepseek-v4-flash"]
     # Without the image the same chain starts with deepseek-v4-pro.
-    stub.enqueue(busy(429), busy(429), StubReply(content="text", reasoning_content=None))
+    stub.enqueue(busy(503), busy(503), StubReply(content="text", reasoning_content=None))
     assert (await client(stub, catalog=seeing).complete(HELLO)).model == "deepseek/deepseek-v4-pro"
 
 
@@ -128,7 +130,7 @@ async def test_without_a_chain_the_last_error_is_raised_as_it_is(stub: DeepSeekS
 
 async def test_a_refusal_is_not_billed_but_a_stream_cut_midway_is_estimated(stub: DeepSeekStub) -> None:
     cut = StubFault(kind="disconnect", after_chunks=4, content="one two three four five six seven", chunk_chars=4)
-    stub.enqueue(busy(429), cut, StubReply(content="whole answer"))
+    stub.enqueue(busy(503), cut, StubReply(content="whole answer"))
     reports: list[UnfinishedCall] = []
     streamed: list[str] = []
 

@@ -52,6 +52,8 @@ PEAK_PRICE = {"price_tier": "peak", "price_effective_from": "2026-12-01T00:00:00
 NO_PRICE = {"price_tier": None, "price_effective_from": None}
 # The repair turn's first words (engine/flow/crewai/wire.py).
 REPAIR_START = "Your previous answer could not be used"
+# What the flow appends to the user's turn in the intent call (engine/flow/prompt.py CONTRACT_LINE).
+INTENT_CONTRACT_LINE = "\n\nAnswer as the intent stage: only the IntentResult JSON object."
 
 
 def cny_cost(prompt: int, completion: int, cache_hit: int = 0) -> Decimal:
@@ -85,10 +87,11 @@ def stage_of(request: RecordedRequest) -> str:
 
 
 def stage_request_text(request: RecordedRequest) -> str:
-    """The user's turn the call answers: its last user message that is neither a stage request nor a repair turn."""
+    """The user's turn the call answers: its last user message that is neither a stage request nor a repair turn,
+    without the line the flow closes it with (the intent contract's)."""
     for content in reversed(_user_texts(request)):
         if not content.startswith(("Stage: ", REPAIR_START)):
-            return content
+            return content.removesuffix(INTENT_CONTRACT_LINE)
     raise AssertionError(f"no user turn in: {request.messages!r}")
 
 

@@ -1,100 +1,58 @@
-"""A 429 storm: DeepSeek limits requests in flight per account and model (quick_start/rate_limit); past the limit it
-answers 429. At three times the stub's limit every run still finishes, by retrying (Retry-After) or by falling back
-along config/models.yaml's chain, and each answer is priced by the model that gave it."""
+"""A 429 storm: DeepSeek limits requests in flight per account and model (quick_start/rate_limit) and answers 429
+beyond, without Retry-After. Against a stub taking 2 at a time per model, with 10 runs at once (twice), then 5 and 10
+times its limit, every run finishes: a busy model is waited for (LLM_OVERLOAD_WAIT_SECONDS, small delays here) before
+its fallback chain, and each answer is priced by the model that gave it. The test prints what share of the calls the
+fallback answered and what they cost (docs/benchmarks.md, "Overload"). A cancel stops a run that waits at once."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from contextlib import asynccontextmanager
-from decimal import Decimal
-from typing import Any
 
-import httpx
-from pydantic import SecretStr
+import pytest
 from tests.conftest import User
-from tests.runs.conftest import PEAK_TIME, STUB_API_KEY, RunResult, default_responder, parse_sse, types
-from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
+from tests.runs.conftest import MakeHarness, RunResult, warm_up
+from tests.support.overload_storm import HEADER, storm
 
-from agent_runtime.api.app import create_app
-from agent_runtime.engine.conversation.metadata import AssistantOutputMetadata
 from agent_runtime.settings import Settings
 
-LIMIT = 2
-RUNS = 3 * LIMIT
-# Peak prices, CNY per million cache-miss prompt and output tokens (config/pricing.yaml).
-PRICES = {"deepseek/deepseek-flash": (Decimal(2), Decimal(8)), "deepseek/deepseek-v4-pro": (Decimal(9), Decimal(27))}
+# Small delays, so the storm takes seconds: the waits start at 25-50 ms and grow to 0.2-0.4 s.
+PATIENT = {"llm_retry_base_seconds": 0.05, "llm_retry_max_seconds": 0.4, "llm_overload_wait_seconds": 30.0}
 
 
-def slow(request: RecordedRequest) -> StubReply:
-    """Every answer takes a second: the calls of one wave are in flight together."""
-    return default_responder(request).model_copy(update={"delay_seconds": 1.0})
-
-
-@asynccontextmanager
-async def storm_app(settings: Settings) -> Any:
-    limits = {"deepseek-flash": LIMIT, "deepseek-v4-pro": LIMIT}
-    async with DeepSeekStub(
-        api_key=STUB_API_KEY, responder=slow, concurrency_limits=limits, concurrency_retry_after="2"
-    ) as stub:
-        values: dict[str, Any] = {
-            "environment": "test",
-            "llm_model": "deepseek/deepseek-flash",
-            "llm_api_base": stub.base_url,
-            "deepseek_api_key": SecretStr(STUB_API_KEY),
-            "openai_api_key": None,
-            "llm_timeout_seconds": 10.0,
-            # One retry, after the 429's Retry-After (2 s, when the first wave has answered), then the fallback.
-            "llm_max_retries": 1,
-            "llm_retry_base_seconds": 0.01,
-            "llm_retry_max_seconds": 2.0,
-            "run_timeout_seconds": 120.0,
-            "db_pool_max_size": 10,
-        }
-        app = create_app(settings.model_copy(update=values), clock=lambda: PEAK_TIME)
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as client:
-                yield stub, client
-
-
-async def test_at_three_times_the_concurrency_limit_every_run_finishes_priced_by_its_model(
-    settings: Settings, make_user: Callable[[], User]
+@pytest.mark.parametrize(("label", "waves"), [("10 at once, twice", [10, 10]), ("5x", [10]), ("10x", [20])])
+async def test_past_the_concurrency_limit_every_run_finishes(
+    settings: Settings, label: str, waves: list[int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with storm_app(settings) as (stub, client):
-        users = [make_user() for _ in range(RUNS)]
-        sessions = []
-        for user in users:
-            created = await client.post("/v1/sessions", headers=user.headers, json={})
-            sessions.append(created.json()["id"])
-        # CrewAI and LiteLLM load on the first run of the process: one run first, on its own.
-        warm = await client.post(f"/v1/sessions/{sessions[0]}/runs", headers=users[0].headers, json={"message": "hi"})
-        assert warm.status_code == 200
-        stub.requests.clear()
+    result = await storm(settings, waves, **PATIENT)
 
-        async def run(user: User, sid: str) -> RunResult:
-            response = await client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": "hello"})
-            return RunResult(response.status_code, response.headers, response.text, parse_sse(response.text))
+    assert result.finished == result.runs == sum(waves)
+    assert sum(result.answered_by.values()) == result.runs
+    assert result.requests > result.runs  # the stub refused some: the storm happened
+    with capsys.disabled():
+        print(f"\n{HEADER}\n{result.line(label)}")
 
-        results = await asyncio.gather(*(run(u, s) for u, s in zip(users, sessions, strict=True)))
 
-        assert [types(r.events)[-1] for r in results] == ["RUN_FINISHED"] * RUNS, [r.body[-300:] for r in results]
-        served = [r.body["model"] for r in stub.requests]
-        # The first wave: LIMIT answered, the rest refused; their retry: LIMIT more answered; the last LIMIT
-        # went to the fallback, which answered.
-        assert sorted(served) == sorted(["deepseek-flash"] * (RUNS + RUNS - LIMIT) + ["deepseek-v4-pro"] * LIMIT)
-        answered_by: list[str] = []
-        for user, sid in zip(users, sessions, strict=True):
-            response = await client.get(f"/v1/sessions/{sid}/messages", headers=user.headers)
-            (reply,) = [
-                m for m in response.json()["items"] if m["role"] == "assistant" and m["content"].endswith("hello")
-            ]
-            metadata = AssistantOutputMetadata.model_validate(reply["metadata"])
-            assert metadata.model is not None and metadata.price_tier == "peak"
-            miss, output = PRICES[metadata.model]
-            expected = (reply["input_tokens"] * miss + reply["output_tokens"] * output) / 1_000_000
-            assert Decimal(reply["cost"]) == expected.quantize(Decimal("1E-10"))
-            answered_by.append(metadata.model)
-        assert sorted(answered_by) == sorted(
-            ["deepseek/deepseek-flash"] * (RUNS - LIMIT) + ["deepseek/deepseek-v4-pro"] * LIMIT
-        )
+async def test_a_cancel_stops_a_run_that_waits_for_a_busy_model(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(**PATIENT) as h:
+        await warm_up(h, make_user())
+        h.stub.concurrency_limits = {"deepseek-flash": 0, "deepseek-v4-pro": 0}  # every request: 429
+        user = make_user()
+        sid = await h.new_session(user)
+        seen = len(h.stub.requests)
+        run = asyncio.create_task(h.run(user, sid, "hello"))
+        async with asyncio.timeout(10):
+            await h.stub.wait_for_requests(seen + 3)  # waiting, with 30 s of budget left
+        (listed,) = (await h.client.get(f"/v1/sessions/{sid}/runs", headers=user.headers)).json()["items"]
+        cancelled_at = time.perf_counter()
+        cancel = await h.client.post(f"/v1/sessions/{sid}/runs/{listed['id']}/cancel", headers=user.headers)
+        assert cancel.status_code == 202
+        async with asyncio.timeout(10):
+            result: RunResult = await run
+        assert time.perf_counter() - cancelled_at < 1.0
+        assert result.events[-1]["outcome"] == {"type": "cancelled"}
+        runs = (await h.client.get(f"/v1/sessions/{sid}/runs", headers=user.headers)).json()["items"]
+        assert [r["status"] for r in runs] == ["cancelled"]

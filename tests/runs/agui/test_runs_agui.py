@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import Harness, intent_direct, stage_request_text, text_messages, types
+from tests.runs.conftest import INTENT_CONTRACT_LINE, Harness, intent_direct, stage_request_text, text_messages, types
 from tests.support.errors import error_body
 
 
@@ -98,7 +98,7 @@ async def test_agui_runs_on_a_session_and_appends_only_new_messages(h: Harness, 
     # The model sees the stored conversation (not the client's copy), then the new message with its context.
     request = h.stub.requests[1]
     assert request.messages[1:-1] == [
-        {"role": "user", "content": "hello agui"},
+        {"role": "user", "content": "hello agui" + INTENT_CONTRACT_LINE},
         {"role": "assistant", "content": "Hi from AG-UI!"},
     ]
     assert stage_request_text(request) == (

@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.conftest import User
 from tests.runs.conftest import (
+    INTENT_CONTRACT_LINE,
     MODEL,
     NO_PRICE,
     PEAK_PRICE,
@@ -293,7 +294,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
     assert len(h.stub.requests) == 5
     history = h.stub.requests[4].messages[1:-1]
     assert history == [
-        {"role": "user", "content": QUESTION},
+        {"role": "user", "content": QUESTION + INTENT_CONTRACT_LINE},
         {
             "role": "assistant",
             "tool_calls": [

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import User
-from tests.runs.conftest import Harness, MakeHarness, crewai_config, intent_direct
+from tests.runs.conftest import INTENT_CONTRACT_LINE, Harness, MakeHarness, crewai_config, intent_direct
 from tests.stubs.deepseek_stub import IMAGE_TOKENS, image_urls
 
 PNG = base64.b64decode(
@@ -51,7 +51,7 @@ async def test_an_agui_image_reaches_the_model_is_stored_and_served_to_its_owner
     (request,) = h.stub.requests
     user_turn = request.messages[-1]
     assert user_turn["content"] == [
-        {"type": "text", "text": "What is this?"},
+        {"type": "text", "text": "What is this?" + INTENT_CONTRACT_LINE},
         {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
     ]
     # The image's tokens are in the provider's prompt_tokens, and so in the billed row.

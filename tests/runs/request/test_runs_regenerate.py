@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.conftest import User
 from tests.runs.conftest import (
+    INTENT_CONTRACT_LINE,
     Harness,
     RunResult,
     client_messages,
@@ -150,7 +151,7 @@ async def test_a_regenerated_tool_turn_hides_its_calls_from_the_thread_and_from_
     ]
     # The next turn's history holds the new reply only: no old tool call, result or answer.
     assert h.stub.requests[-1].messages[1:-1] == [
-        {"role": "user", "content": "what is 6*7?"},
+        {"role": "user", "content": "what is 6*7?" + INTENT_CONTRACT_LINE},
         {"role": "assistant", "content": "Six times seven is forty-two."},
     ]
     assert len(await h.visible(user, sid)) == 4

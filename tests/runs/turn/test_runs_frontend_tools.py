@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
+    INTENT_CONTRACT_LINE,
     Harness,
     execution_done,
     intent_direct,
@@ -162,7 +163,10 @@ async def test_the_result_sent_with_the_next_user_message_closes_the_call_and_th
     ]
     sent = h.stub.requests[-1].messages
     assert [m["role"] for m in sent][-3:] == ["assistant", "tool", "user"]
-    assert sent[-2]["content"] == '{"error": "no confetti here"}' and sent[-1]["content"] == "oh well"
+    assert (
+        sent[-2]["content"] == '{"error": "no confetti here"}'
+        and sent[-1]["content"] == "oh well" + INTENT_CONTRACT_LINE
+    )
     # And the thread goes on: the client's copy (resent, already stored) and one more message.
     later = await h.agui(
         user,

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
+    INTENT_CONTRACT_LINE,
     SHORT_WINDOW,
     Harness,
     MakeHarness,
@@ -43,7 +44,7 @@ def _turns(first: int, last: int) -> list[dict[str, Any]]:
         message
         for turn in range(first, last + 1)
         for message in (
-            {"role": "user", "content": f"question {turn}"},
+            {"role": "user", "content": f"question {turn}{INTENT_CONTRACT_LINE}"},
             {"role": "assistant", "content": f"answer {turn}"},
         )
     ]
@@ -97,7 +98,7 @@ async def test_a_cut_summarises_what_it_drops_and_the_next_run_keeps_the_prefix(
     shared = intent.messages[:-1]
     assert again.messages[: len(shared)] == shared, "same start, same summary: the same prefix"
     assert again.messages[len(shared) : -1] == [
-        {"role": "user", "content": "question 15"},
+        {"role": "user", "content": f"question 15{INTENT_CONTRACT_LINE}"},
         {"role": "assistant", "content": "Noted."},
     ]
 
@@ -149,15 +150,23 @@ async def test_a_failed_summary_is_recorded_and_retried_at_the_next_run(
     # The cut was not stored, so this run cuts again (one turn later now) and summarises from the beginning.
     assert retried.messages[1:-1] == _turns(0, 11)
     # The summary and the first kept question in one user message (never two user messages in a row).
-    assert intent.messages[1]["content"] == f"{summary_message(SUMMARY, 'x').content}\n\nquestion 12"
+    assert (
+        intent.messages[1]["content"] == f"{summary_message(SUMMARY, 'x').content}\n\nquestion 12{INTENT_CONTRACT_LINE}"
+    )
     assert intent.messages[2:-1] == [*_turns(12, 15)[1:-1], {"role": "assistant", "content": "Noted."}]
 
 
 async def test_a_cut_costs_two_statements_more_and_the_next_run_none(
-    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+    make_harness: MakeHarness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The window (mark and summary included) is one statement; a cut adds the read of what it drops and the
-    write of the new mark; the summary's audit row goes in the run's last statement."""
+    write of the new mark; the summary's audit row goes in the run's last statement. (Budgets off: whether the
+    summary call and the turn's first call together outgrow the run's first hold is the tokenizer's business.)"""
+    async with make_harness(**SHORT_WINDOW, user_daily_budget_cny=0, user_monthly_budget_cny=0) as h:
+        await _cut_statements(h, make_user, monkeypatch)
+
+
+async def _cut_statements(h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch) -> None:
     user = make_user()
     sid = await long_session(h, user)
     h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))

@@ -21,9 +21,12 @@ from agent_runtime.settings import Settings
 
 
 class SummaryTask(Protocol):
-    """The YAML summary task (FlowTemplates): its request text and its output-token cap."""
+    """The YAML summary task (FlowTemplates): its request text, its output-token cap, and how the stage calls sent a
+    user turn (the summary call repeats their prefix)."""
 
     def render_summary_task(self, max_words: int) -> str: ...
+
+    def user_turn(self, text: str) -> str: ...
 
     @property
     def summary_max_tokens(self) -> int: ...
@@ -74,6 +77,7 @@ async def run_history(
             call=call,
             system=SystemMessage(content=system_prompt),
             task=task.render_summary_task(summary_max_words(policy.summary_tokens)),
+            user_turn=task.user_turn,
             reply_max_tokens=task.summary_max_tokens,
             max_tokens=policy.summary_tokens,
             counter=policy.counter(),

@@ -68,6 +68,7 @@ class ModelSummarizer:
         call: SummaryCall,
         system: SystemMessage,
         task: str,
+        user_turn: Callable[[str], str],
         reply_max_tokens: int,
         max_tokens: int,
         counter: TokenCounter,
@@ -79,6 +80,7 @@ class ModelSummarizer:
         self._call = call
         self._system = system
         self._task = task
+        self._user_turn = user_turn
         self._reply_max_tokens = reply_max_tokens
         self._max_tokens = max_tokens
         self._counter = counter
@@ -88,7 +90,7 @@ class ModelSummarizer:
         # The run's system prompt is not stored with the conversation: the request gets it here, so the call
         # starts with the same prefix as the run's stages.
         request = request.model_copy(update={"system": request.system or self._system})
-        conversation: list[ChatMessage] = summary_request_messages(request, self._task)
+        conversation: list[ChatMessage] = summary_request_messages(request, self._task, self._user_turn)
         repairs = 0
         while True:
             call = self._request(conversation)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -62,13 +63,18 @@ def summary_message(summary: str, start_id: str) -> UserMessage:
     return UserMessage(id=f"{SUMMARY_ID_PREFIX}{start_id}", content=content)
 
 
-def summary_request_messages(request: SummaryRequest, task: str) -> list[ChatMessage]:
+def summary_request_messages(request: SummaryRequest, task: str, user_turn: Callable[[str], str]) -> list[ChatMessage]:
     """`[system, previous summary, dropped turns..., task]`, consecutive user messages joined as the stage calls
-    join them (the previous summary with the first turn after it): the previous turns' prefix, then the task."""
+    join them (the previous summary with the first turn after it), each user turn as the stage calls sent it
+    (`user_turn`): the previous turns' prefix, then the task."""
     head: list[ChatMessage] = [request.system] if request.system is not None else []
     if request.previous is not None:
         head.append(summary_message(request.previous, "previous"))
-    return merge_consecutive_users([*head, *request.dropped, UserMessage(content=task)])
+    turns = [
+        m.model_copy(update={"content": user_turn(m.content)}) if isinstance(m, UserMessage) else m
+        for m in merge_consecutive_users([*head, *request.dropped])
+    ]
+    return merge_consecutive_users([*turns, UserMessage(content=task)])
 
 
 @functools.cache

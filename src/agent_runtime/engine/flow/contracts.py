@@ -89,3 +89,15 @@ STAGE_CONTRACTS: dict[StageName, type[StageResult]] = {
     "execution": ExecutionResult,
     "organization": OrganizationResult,
 }
+
+# The last line of every stage's request, the intent stage's (the user's turn) too: the contract the answer must match
+# (engine/flow/prompt.py says why the intent call needs it and where it goes).
+CONTRACT_LINE = "Answer as the {stage} stage: only the {contract} JSON object."
+# Between the user's words and the intent stage's contract line (the separator of joined user turns).
+INTENT_LINE_SEPARATOR = "\n\n"
+INTENT_CONTRACT_LINE = CONTRACT_LINE.format(stage="intent", contract=IntentResult.__name__)
+
+
+def intent_request(user_turn: str) -> str:
+    """A user's turn as the intent stage's request: the turn's first call, and every later call's history, send it."""
+    return user_turn + INTENT_LINE_SEPARATOR + INTENT_CONTRACT_LINE

@@ -13,8 +13,13 @@ were, and adds only its own request after them:
 The system prompt is the same bytes for every call of a user's sessions: the policy, then the static texts of all
 three stages (agent role, goal and backstory, task description with its contract's JSON schema, expected output;
 the same for every user), then the user's profile. The intent stage has no request of its own: the
-user's turn is the last message, as in a plain chat, so the next turn's first call repeats this one's input in full
-(the history ends with that turn) and pays full price only for the answer and the new message.
+user's turn is the last message, as in a plain chat, closed by the same line that closes every stage's request and
+names its contract (`CONTRACT_LINE`): a model that answers the schema nearest to the end of what it reads would
+otherwise answer the system prompt's last one. Every user turn of the history is sent as its intent call sent it,
+closed by that line too (`intent_request`; the memory summary's call sends the turns it condenses so too), so the
+next turn's first call still repeats this one's input in full (the history ends with that turn) and pays full price
+only for the answer and the new message: sent only on the last turn, the line would cost each turn's first call the
+cached prefix of the turn before (docs/benchmarks.md, "Intent contract line").
 
 Prompt safety (seed, "Prompt 安全优化"): `username` and `bio` are user-controlled, so the profile is never
 written as prose. It is one JSON object on one line between two marker lines, after the policy that says
@@ -33,7 +38,13 @@ from typing import Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, StageName
+from agent_runtime.engine.flow.contracts import (
+    CONTRACT_LINE,
+    STAGE_CONTRACTS,
+    STAGE_NAMES,
+    StageName,
+    intent_request,
+)
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     FlowTemplates,
@@ -176,8 +187,9 @@ class StagePromptPayload(_Frozen):
     stage: StageName
     agent: AgentKwargs
     request: str = Field(
-        description="The last user message of the stage's first call: the user's turn (intent), or the stage's "
-        "request (its name, this call's values, and which JSON object to answer with)."
+        description="The last user message of the stage's first call: the user's turn followed by the intent "
+        "contract's line (intent), or the stage's request (its name, this call's values, and which JSON object to "
+        "answer with)."
     )
 
 
@@ -209,13 +221,13 @@ def build_stage_prompt_payload(
         raise ValueError(f"{type(variables).__name__} belong to stage {variables.stage!r}, not {stage!r}")
     template = templates.stage(stage)
     if template.task.request is None:
-        request = variables.user_input
+        request = intent_request(variables.user_input)
     else:
         request = "\n".join(
             [
                 STAGE_LINE.format(stage=stage),
                 render_template(template.task.request, variables.template_values()).rstrip("\n"),
-                f"Answer as the {stage} stage: only the {STAGE_CONTRACTS[stage].__name__} JSON object.",
+                CONTRACT_LINE.format(stage=stage, contract=STAGE_CONTRACTS[stage].__name__),
             ]
         )
     # Agent texts take no placeholders (checked at load); rendering them still turns {{ }} into braces.

@@ -43,7 +43,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent_runtime.engine.conversation.summary import schema_text as summary_schema_text
-from agent_runtime.engine.flow.contracts import STAGE_CONTRACTS, STAGE_NAMES, ExecutionResult, StageName
+from agent_runtime.engine.flow.contracts import (
+    STAGE_CONTRACTS,
+    STAGE_NAMES,
+    ExecutionResult,
+    StageName,
+    intent_request,
+)
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.llm.models import CallOptions
 from agent_runtime.engine.profiles.models import LanguageTag
@@ -160,6 +166,10 @@ class FlowTemplates(_Frozen):
         values = {"max_words": str(max_words), "output_schema": summary_schema_text()}
         task = self.memory_summary
         return f"{render_template(task.description, values)}\n\nExpected output: {task.expected_output}"
+
+    def user_turn(self, text: str) -> str:
+        """A user turn of the history as its intent call sent it (the summary call sends the turns it condenses so)."""
+        return intent_request(text)
 
     @property
     def summary_max_tokens(self) -> int:

@@ -29,7 +29,7 @@ from agent_runtime.engine.llm.fallbacks import FallbackAnswer, FallbackChains
 from agent_runtime.engine.llm.litellm_import import load_litellm
 from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, UnfinishedCall, WireMessage
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
-from agent_runtime.engine.llm.retry import RetryPolicy
+from agent_runtime.engine.llm.retry import OverloadWait, RetryPolicy, is_overload
 from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.observability import metrics
 from agent_runtime.observability.tracing import COST_ATTRIBUTE, FALLBACK_FROM_ATTRIBUTE, mark_failed, model_call_span
@@ -107,8 +107,9 @@ class LLMClient:
 
     Retries (429, 5xx, timeouts, connection errors, unreadable answers; never other 4xx) happen only while
     nothing has been delivered: once a streamed piece reached the caller's client (`OnDelta` says so), a
-    failure is raised as it is. When the retries are spent on a retryable error, the call goes along its model's
-    fallback chain (`fallbacks.py`); when that fails too, `LLMUnavailableError`.
+    failure is raised as it is. A 429 is waited out for up to `llm_overload_wait_seconds`, the others are retried
+    `llm_max_retries` times (`retry.py`). When those are spent on a retryable error, the call goes along its
+    model's fallback chain (`fallbacks.py`), which gets the same; when that fails too, `LLMUnavailableError`.
 
     Every answer is priced at the start of the attempt that gave it, by the model that gave it. An attempt cut
     after the provider began to answer (a dropped stream, a timeout, an unreadable body, a cancel) is reported
@@ -288,9 +289,11 @@ class LLMClient:
     async def _retrying(
         self, target: CallTarget, attempt: Callable[[_Progress, Caller], Awaitable[LLMResponse]], send: Caller
     ) -> LLMResponse:
-        """`attempt` with `send`, retried while the error is retryable and nothing was delivered; `_Exhausted` when
-        the retries ran out on a retryable error (the caller may fall back), the error itself otherwise."""
+        """`attempt` with `send`, retried while the error is retryable and nothing was delivered (a 429 while its wait
+        budget lasts, anything else up to `max_retries` times); `_Exhausted` when the retries or the budget ran out
+        on a retryable error (the caller may fall back), the error itself otherwise."""
         retries = 0
+        overload = OverloadWait(self.retry)
         while True:
             progress = _Progress()
             try:
@@ -301,10 +304,16 @@ class LLMClient:
                 error = map_exception(exc, secrets=self._secrets)
                 if progress.delivered or not error.retryable:
                     raise error from exc
-                if not self.retry.should_retry(error, retries):
+                if is_overload(error):
+                    delay = overload.next_delay(error, self._rng, time.monotonic())
+                elif self.retry.should_retry(error, retries):
+                    delay = self.retry.delay(error, retries, self._rng)
+                    retries += 1
+                else:
+                    delay = None
+                if delay is None:
                     raise _Exhausted(error) from exc
-            await self._backoff(target, error, retries)
-            retries += 1
+            await self._backoff(target, error, delay, retries=retries, overload=overload)
 
     async def _fall_back(
         self,
@@ -381,15 +390,26 @@ class LLMClient:
         reason = "cancelled" if mapped is None else mapped.code
         report(UnfinishedCall(model=target.model, reason=reason, cost=self.costs.cost(target.model, usage, at=at)))
 
-    async def _backoff(self, target: CallTarget, error: LLMError, retries_done: int) -> None:
-        delay = self.retry.delay(error, retries_done, self._rng)
-        logger.warning(
-            "model call failed, retrying: model=%s error=%s provider_status=%s retry=%d/%d delay=%.3fs",
-            target.model,
-            error.code,
-            error.provider_status,
-            retries_done + 1,
-            self.retry.max_retries,
-            delay,
-        )
+    async def _backoff(
+        self, target: CallTarget, error: LLMError, delay: float, *, retries: int, overload: OverloadWait
+    ) -> None:
+        if is_overload(error):
+            logger.warning(
+                "model busy, waiting: model=%s provider_status=%s wait=%d delay=%.3fs budget=%.1fs",
+                target.model,
+                error.provider_status,
+                overload.waits,
+                delay,
+                self.retry.overload_seconds,
+            )
+        else:
+            logger.warning(
+                "model call failed, retrying: model=%s error=%s provider_status=%s retry=%d/%d delay=%.3fs",
+                target.model,
+                error.code,
+                error.provider_status,
+                retries,
+                self.retry.max_retries,
+                delay,
+            )
         await asyncio.sleep(delay)

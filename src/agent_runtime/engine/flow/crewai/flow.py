@@ -11,8 +11,8 @@ What the model sees (engine/flow/prompt.py says why: DeepSeek's cache hits only 
 stage's call repeats the previous stage's call and answer as they were, and adds its own request after them.
 
     system:    the run's system prompt: policy, all three stages' instructions, profile (`prompt.py`)
-    ...        the session's history (user/assistant/tool turns as stored)
-    user:      the user's turn (the intent stage's request: nothing else is added to it)
+    ...        the session's history (user/assistant/tool turns as stored; each user turn as its intent call sent it)
+    user:      the user's turn, then a line naming the intent contract (the intent stage's request)
     assistant: the intent answer (JSON), then, for execution: "Stage: execution\\n<request>\\n<closing line>",
                tool calls and results; for organization, after the execution answer: "Stage: organization ..."
 """
@@ -24,7 +24,13 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, PrivateAttr
 
-from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, OrganizationResult, StageResult
+from agent_runtime.engine.flow.contracts import (
+    ExecutionResult,
+    IntentResult,
+    OrganizationResult,
+    StageResult,
+    intent_request,
+)
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
 from agent_runtime.engine.flow.model_call import CallModel, EventSink
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
@@ -122,9 +128,7 @@ class AgentFlow(Flow[AgentFlowState]):
         state: AgentFlowState = self.state
         if state.intent is not None:
             return state.intent  # a resumed turn: decided by the run that stopped for approvals
-        variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
-        payload = build_stage_prompt_payload("intent", templates=self._require_deps().templates, variables=variables)
-        state.intent = await self._stage(payload, IntentResult, self._turn_start(), _INTENT)
+        state.intent = await self._stage(self._intent_payload(), IntentResult, self._turn_start(), _INTENT)
         return state.intent
 
     @router(intent)
@@ -171,12 +175,21 @@ class AgentFlow(Flow[AgentFlowState]):
         state.assistant_text = state.organization.assistant_text
         return state.assistant_text
 
+    def _intent_payload(self) -> StagePromptPayload:
+        state: AgentFlowState = self.state
+        variables = IntentVariables(user_input=state.user_input, ai_language=state.ai_language)
+        return build_stage_prompt_payload("intent", templates=self._require_deps().templates, variables=variables)
+
     def _turn_start(self) -> list[WireTurn]:
-        """What every stage call of the turn starts with: the system prompt, the history, the user's turn (the intent
-        stage's request: the user's turn itself)."""
+        """What every stage call of the turn starts with: the system prompt, the history (its user turns as their
+        intent calls sent them), the intent stage's request (the user's turn and the line naming its contract)."""
         state: AgentFlowState = self.state
         system = [{"role": "system", "content": state.system_prompt}] if state.system_prompt else []
-        return [*system, *state.history, {"role": "user", "content": state.user_input}]
+        history = [
+            {**turn, "content": intent_request(turn["content"])} if turn["role"] == "user" else turn
+            for turn in state.history
+        ]
+        return [*system, *history, {"role": "user", "content": self._intent_payload().request}]
 
     def _after(self, stage: str) -> list[WireTurn]:
         """The messages a later stage starts with: the call that gave `stage`'s answer, and that answer. A resumed

@@ -2,8 +2,9 @@
 
 The stage is recognised by the last user message, as the flow writes it (engine/flow/prompt.py): a stage request
 starts with `Stage: <name>`, a repair turn or the summary task names its contract, and the user's own turn is the
-intent stage's request (when a system prompt holds the stages). The user's words are the latest user message that is
-neither a stage request nor a repair.
+intent stage's request, closed by the line naming its contract (or, from a caller that sends no such line, when a
+system prompt holds the stages). The user's words are the latest user message that is neither a stage request nor a
+repair, without that line.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ DEMO_PREFIX = "[demo model]"
 STAGE_REQUEST_PREFIX = "Stage: "
 # How the flow's repair turns start (engine/flow/crewai/wire.py).
 REPAIR_PREFIX = "Your previous answer could not be used"
+# The line that closes the intent stage's request, after the user's words (engine/flow/prompt.py CONTRACT_LINE).
+# The demo provider writes a message's images after its text, so the line is not always last.
+_CONTRACT_LINE = re.compile(r"\s*Answer as the \w+ stage: only the (\w+) JSON object\.")
 STAGE_CONTRACT_OF = {"intent": "IntentResult", "execution": "ExecutionResult", "organization": "OrganizationResult"}
 STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # later stages win a tie
 # The chat memory's summary task (engine/conversation/summary.py), recognised like a stage by its schema title.
@@ -113,6 +117,8 @@ def detect_stage(messages: list[WireMessage]) -> str | None:
         return None
     if _is_stage_request(last):
         return STAGE_CONTRACT_OF.get(last.split("\n", 1)[0].removeprefix(STAGE_REQUEST_PREFIX).strip())
+    if (named := _CONTRACT_LINE.findall(last)) and named[-1] in STAGE_TITLES:
+        return str(named[-1])
     if match := _SCHEMA_TITLE.search(last):
         return match.group(1)
     for title in STAGE_TITLES:
@@ -152,7 +158,7 @@ def user_request(messages: list[WireMessage]) -> str:
     turns = [text for text in users if not _is_stage_request(text) and not text.startswith(REPAIR_PREFIX)]
     if not turns:
         return ""
-    last = without_recall(turns[-1])
+    last = without_recall(_CONTRACT_LINE.sub("", turns[-1]))
     quoted = _quoted_user_text(last)
     if quoted is not None:
         return quoted
@@ -344,7 +350,7 @@ def organization_answer(messages: list[WireMessage]) -> DemoAnswer:
 
 def summary_answer(messages: list[WireMessage]) -> DemoAnswer:
     """A deterministic summary: the newest few things the user said before the task (the last message)."""
-    said = [m.content for m in messages[:-1] if m.role == "user" and m.content]
+    said = [_CONTRACT_LINE.sub("", m.content) for m in messages[:-1] if m.role == "user" and m.content]
     quoted = "; ".join(json.dumps(_short(text, 60), ensure_ascii=False) for text in said[-_SUMMARISED_USER_MESSAGES:])
     return _json(_Summary(summary=f"{DEMO_PREFIX} Earlier the user said: {quoted or 'nothing'}."))
 
