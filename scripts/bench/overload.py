@@ -38,11 +38,11 @@ STORMS = {"10 at once, twice": [10, 10], "5x (10 at once)": [10], "10x (20 at on
 
 async def bench(dsn: str, budgets: list[float], answer_seconds: float) -> None:
     settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
         environment="test",
         database_url=dsn,
         data_dir=Path(tempfile.mkdtemp(prefix="agent-runtime-bench-overload-")),
-        jwt_secret=TEST_JWT_SECRET,  # type: ignore[arg-type]
+        jwt_secret=TEST_JWT_SECRET,
         user_memories_enabled=False,
     )
     print(f"answers take {answer_seconds} s; 2 requests at a time per model\n")
