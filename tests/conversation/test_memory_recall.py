@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from uuid import UUID, uuid4
 
 import pytest
@@ -104,7 +105,7 @@ async def conversation(engine: RuntimeEngine, settings: Settings, stub: DeepSeek
 def exchanges(window: list[ChatMessage]) -> list[tuple[str, str]]:
     """The (user, assistant) exchanges of a window, oldest first; the summary is not one."""
     pairs = []
-    for message, answer in zip(window, window[1:], strict=False):
+    for message, answer in pairwise(window):
         if isinstance(message, UserMessage) and isinstance(answer, AssistantMessage):
             pairs.append((message.content.rsplit("\n\n", 1)[-1], answer.content))
     return pairs
