@@ -73,6 +73,7 @@ THINGS = [
 ]
 CONFIGURATIONS: dict[str, dict[str, Any]] = {
     "shipped": {},
+    "shipped at 12k": {"memory_max_tokens": 12_000},
     "shipped at 16k": {"memory_max_tokens": 16_000},
     "shipped at 32k": {"memory_max_tokens": 32_000},
     "before (newest turn only, no summary)": {"memory_keep_exchanges": 0, "memory_summary": False},
