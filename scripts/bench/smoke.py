@@ -91,6 +91,13 @@ BENCHMARKS = (
         180,
         OPTION,
     ),
+    Benchmark(
+        "conversation_recall.py",
+        "--turns 4 --tools yes --configurations shipped --intervals 1024",
+        "| configuration | tools |",
+        180,
+        OPTION,
+    ),
     Benchmark("http_parser.py", "--requests 200 --rounds 1 --warmup-seconds 0", "h11 / httptools:", 180, DATABASE_ENV),
     Benchmark(
         "load.py",

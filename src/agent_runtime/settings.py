@@ -111,14 +111,16 @@ class Settings(BaseSettings):
     migrations_dir: Path = Field(default_factory=default_migrations_dir)
 
     # A cut re-sends what it keeps at the cache-miss price (50x the hit price) once and saves the hit price of what
-    # it drops on every later call. So the window grows long before it is cut, and is then cut deep, to the newest
-    # turn. A summary of what a cut drops is one call more and new text after the cached prefix, so the cut turn
-    # misses more: off by default, the cheapest measured configuration (docs/benchmarks.md, "Conversation cost").
+    # it drops on every later call. So the window grows long before it is cut, and is then cut deep: to the last
+    # MEMORY_KEEP_EXCHANGES exchanges and the turn being answered (never fewer, so the model always has them
+    # verbatim), with a summary of everything cut, carried forward from cut to cut (docs/benchmarks.md,
+    # "Conversation recall": what that remembers and costs).
     memory_max_messages: int = Field(default=400, ge=1)
     memory_max_tokens: int = Field(default=8_000, ge=1)
     memory_low_messages: int = Field(default=2, ge=1)
     memory_low_tokens: int = Field(default=1000, ge=1)
-    memory_summary: bool = False
+    memory_keep_exchanges: int = Field(default=3, ge=0, le=100)
+    memory_summary: bool = True
     memory_summary_max_tokens: int = Field(default=400, ge=100)
 
     # Long-term memories (engine/user_memories, docs/memories.md): facts about a user kept across sessions, recalled by

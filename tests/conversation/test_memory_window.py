@@ -186,3 +186,19 @@ def test_without_a_token_budget_nothing_is_counted() -> None:
 def test_policy_rejects_empty_budgets(fields: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         WindowPolicy.model_validate(fields)
+
+
+def test_a_cut_keeps_the_newest_turns_of_the_floor_whatever_the_low_water_marks_say() -> None:
+    from agent_runtime.engine.conversation import plan_window
+
+    conversation: list[ChatMessage] = [sys_("s")]
+    for turn in range(8):
+        conversation += [user(f"u{turn}"), reply(f"a{turn}")]
+    conversation.append(user("u8"))
+    policy = WindowPolicy(max_messages=12, low_messages=2, keep_turns=4, token_counter=char_tokens)
+    plan = plan_window(conversation, policy, None)
+    assert plan.cut and plan.start_id == "u5"
+    assert ids(plan.window.messages) == ["s", "u5", "a5", "u6", "a6", "u7", "a7", "u8"]
+    # Without the floor the same marks keep the turn being answered alone.
+    alone = plan_window(conversation, policy.model_copy(update={"keep_turns": 1}), None)
+    assert ids(alone.window.messages) == ["s", "u8"]

@@ -797,4 +797,6 @@ async def test_a_turn_stopped_for_a_tool_the_run_may_not_run_is_suspended_with_i
 
     outcome = await run(turn_for(), model)
 
-    assert outcome == TurnSuspended(route="NEEDS_EXECUTION", stage="execution", calls=[call], intent=NEEDS)
+    assert outcome == TurnSuspended(
+        route="NEEDS_EXECUTION", stage="execution", calls=[call], intent=NEEDS, intent_answer=reply(NEEDS).content
+    )

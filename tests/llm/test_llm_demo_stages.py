@@ -77,8 +77,9 @@ def test_detect_stage_prefers_schema_titles_then_the_latest_mention() -> None:
 
 
 def test_demo_model_summarises_the_conversation_deterministically() -> None:
-    """The memory's summary task (schema title ConversationSummary) gets a fixed answer built from what the user
-    said before the task, so the summary works offline and the same conversation always gives the same text."""
+    """The memory's summary task (schema title ConversationSummary) gets an extractive answer: the previous summary
+    carried forward, then the sentences in which the user stated something about themselves (questions and
+    requests left out), so the summary works offline and the same conversation always gives the same text."""
     from agent_runtime.engine.flow.templates import load_flow_templates
     from agent_runtime.engine.llm.demo.stages import demo_answer
     from agent_runtime.resources import default_config_dir
@@ -93,5 +94,28 @@ def test_demo_model_summarises_the_conversation_deterministically() -> None:
         WireMessage(role="user", content=task),
     ]
     answer = demo_answer(messages, [], json_mode=True)
-    assert answer.content == ('{"summary": "[demo model] Earlier the user said: \\"我叫阿芽\\"; \\"What is 6*7?\\"."}')
+    assert answer.content == '{"summary": "我叫阿芽"}'
     assert demo_answer(messages, [], json_mode=True) == answer
+
+    from agent_runtime.engine.conversation.summary import summary_message
+
+    previous = summary_message("My sister is called Alma.", "start").content
+    later = [
+        WireMessage(role="system", content="policy"),
+        WireMessage(role="user", content=previous + "\n\nI live in Lofoten. Could you suggest a kayak? My dog is Rex."),
+        WireMessage(role="assistant", content="Sure."),
+        WireMessage(role="user", content="Please tell me my budget is fine? What about my plan?"),
+        WireMessage(role="user", content=task),
+    ]
+    carried = demo_answer(later, [], json_mode=True)
+    assert carried.content == '{"summary": "My sister is called Alma. I live in Lofoten. My dog is Rex."}'
+
+
+def test_the_demo_summary_reads_the_markers_the_memory_writes() -> None:
+    from agent_runtime.engine.conversation import summary
+    from agent_runtime.engine.llm.demo import extractive
+
+    assert (extractive.SUMMARY_BLOCK_START, extractive.SUMMARY_BLOCK_END) == (
+        summary.SUMMARY_BLOCK_START,
+        summary.SUMMARY_BLOCK_END,
+    )

@@ -14,9 +14,9 @@ from tests.stubs.deepseek_stub import DeepSeekStub, StubFault, StubReply
 
 from agent_runtime.engine.llm import LLMClient, LLMRequest, LLMServerError, WireMessage
 from agent_runtime.engine.llm.catalog import FallbackTarget, ModelCatalog, ModelsFile
-from agent_runtime.engine.llm.errors import LLMUnavailableError
+from agent_runtime.engine.llm.errors import LLMStreamInterruptedError, LLMUnavailableError
 from agent_runtime.engine.llm.litellm_import import load_litellm
-from agent_runtime.engine.llm.models import UnfinishedCall
+from agent_runtime.engine.llm.models import FunctionSpec, ToolSchema, UnfinishedCall
 from agent_runtime.observability.metrics import MODEL_FALLBACKS
 
 HELLO = LLMRequest(
@@ -150,6 +150,35 @@ async def test_a_refusal_is_not_billed_but_a_stream_cut_midway_is_estimated(stub
     # Priced as if no prompt token had hit the cache: an estimate errs on the side of the budget.
     expected = (Decimal(report.cost.input_tokens) * 2 + Decimal(report.cost.output_tokens) * 8) / 1_000_000
     assert (report.cost.cost, report.cost.price_tier) == (expected.quantize(Decimal("1E-10")), "peak")
+
+
+async def test_the_estimate_of_a_cut_call_counts_its_tools(stub: DeepSeekStub) -> None:
+    """The provider bills the tools array as prompt (rendered into its system turn): an estimate without it was
+    under the provider's count, though the docs call it an upper bound."""
+    calculator = ToolSchema(
+        function=FunctionSpec(
+            name="calculator",
+            description="Evaluate an arithmetic expression exactly.",
+            parameters={"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+        )
+    )
+    with_tools = HELLO.model_copy(update={"tools": [calculator], "tool_choice": "none"})
+    stub.enqueue(StubFault(kind="disconnect", after_chunks=2, content="one two three", chunk_chars=4))
+    reports: list[UnfinishedCall] = []
+
+    async def on_delta(text: str) -> bool:
+        return False
+
+    with pytest.raises(LLMStreamInterruptedError):
+        await client(stub, retries=0, catalog=ModelCatalog(ModelsFile())).complete_streaming(
+            with_tools, on_delta, on_unfinished=reports.append
+        )
+    (report,) = reports
+    litellm = load_litellm()
+    tools = [calculator.model_dump(exclude_none=True)]
+    counted = litellm.token_counter(model="deepseek/deepseek-flash", messages=[HELLO_WIRE], tools=tools)
+    assert report.cost.input_tokens == counted
+    assert counted > litellm.token_counter(model="deepseek/deepseek-flash", messages=[HELLO_WIRE]) + 20
 
 
 async def test_a_call_cancelled_while_streaming_is_estimated(stub: DeepSeekStub) -> None:

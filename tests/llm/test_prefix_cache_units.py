@@ -37,7 +37,8 @@ class Billed(BaseModel):
 
 @pytest.fixture
 async def cache_stub() -> AsyncIterator[PrefixCacheStub]:
-    async with PrefixCacheStub() as stub:
+    # The unit rules alone, to the token: hits rounded to 64-token blocks have their own test.
+    async with PrefixCacheStub(block_tokens=1) as stub:
         yield stub
 
 
@@ -127,7 +128,7 @@ async def test_the_cache_is_isolated_per_user_id(cache_stub: PrefixCacheStub) ->
 
 
 async def test_the_cache_is_isolated_per_api_key_and_served_model() -> None:
-    async with PrefixCacheStub(api_key=None) as stub:
+    async with PrefixCacheStub(api_key=None, block_tokens=1) as stub:
         question = request(user("What is the capital of France?"))
         full = prompt_tokens(question)
         assert (await send(stub, question, key="sk-one")).hit_tokens == 0
@@ -138,7 +139,7 @@ async def test_the_cache_is_isolated_per_api_key_and_served_model() -> None:
 
 
 async def test_fixed_intervals_inside_a_long_input() -> None:
-    async with PrefixCacheStub(interval_tokens=4) as stub:  # 16 bytes
+    async with PrefixCacheStub(interval_tokens=4, block_tokens=1) as stub:  # 16 bytes
         first = request(user("x" * 200), thinking=NO_THINKING)
         # Its own interval units are not there for the request that persists them.
         assert (await send(stub, first)).hit_tokens == 0
@@ -149,7 +150,7 @@ async def test_fixed_intervals_inside_a_long_input() -> None:
 
 
 async def test_fixed_intervals_inside_a_long_output() -> None:
-    async with PrefixCacheStub(interval_tokens=4) as stub:
+    async with PrefixCacheStub(interval_tokens=4, block_tokens=1) as stub:
         stub.enqueue(StubReply(content="a" * 300))
         first = request(user("q"), thinking=NO_THINKING)
         assert (await send(stub, first)).hit_tokens == 0
@@ -164,7 +165,7 @@ async def test_fixed_intervals_inside_a_long_output() -> None:
 
 
 async def test_a_tool_loop_hits_the_output_only_with_the_reasoning_passed_back() -> None:
-    async with PrefixCacheStub(strict_reasoning=False) as stub:
+    async with PrefixCacheStub(strict_reasoning=False, block_tokens=1) as stub:
         system = {"role": "system", "content": "You add numbers."}
         stub.enqueue(StubReply(tool_calls=[CALL]), StubReply(tool_calls=[CALL]))
         first = request(system, user("What is 2+3?"), tools=TOOLS)
@@ -242,11 +243,43 @@ def test_the_serialisation_puts_system_then_tools_then_messages_and_keeps_read_r
     )
 
 
+async def test_hits_are_counted_in_whole_64_token_blocks() -> None:
+    async with PrefixCacheStub() as stub:
+        system = {"role": "system", "content": "You answer briefly. " * 40}
+        first = request(system, user("What is the capital of France?"), thinking=NO_THINKING)
+        billed = await send(stub, first)
+        answer = {"role": "assistant", "content": billed.message["content"]}
+        second = request(system, user("What is the capital of France?"), answer, user("And of Spain?"))
+        output = prompt_tokens(request(system, user("What is the capital of France?"), answer))
+        assert output % 64 != 0
+        assert (await send(stub, {**second, "thinking": NO_THINKING})).hit_tokens == output // 64 * 64
+
+
+async def test_tools_are_cached_with_the_system_turn_unless_the_worst_case_puts_them_last() -> None:
+    system = {"role": "system", "content": "You add numbers. " * 60}
+    turns = [user("What is 2+3?"), {"role": "assistant", "content": "5"}]
+    first = request(system, *turns, user("And 4+4?"), tools=TOOLS, thinking=NO_THINKING)
+    second = request(system, *turns, user("And 4+4?"), {"role": "assistant", "content": "8"}, user("1+1?"))
+    second = {**second, "tools": TOOLS, "thinking": NO_THINKING}
+    hits = []
+    for in_prefix in (True, False):
+        async with PrefixCacheStub(tools_in_prefix=in_prefix, block_tokens=1) as stub:
+            stub.enqueue(StubReply(content="8"))
+            await send(stub, first)
+            hits.append((await send(stub, second)).hit_tokens)
+    # In the system turn the tools are part of the first request's output unit, which the second repeats in full.
+    output = request(system, *turns, user("And 4+4?"), {"role": "assistant", "content": "8"}, tools=TOOLS)
+    assert hits[0] == prompt_tokens({**output, "thinking": NO_THINKING})
+    # Last, they end every unit: the second request repeats none of the first one's, only the interval units
+    # (none here) and the common prefixes detected earlier (none): it misses everything.
+    assert hits[1] == 0
+
+
 NAMESPACE = CacheNamespace(end_user=EndUser(api_key="k", user_id=None), model="deepseek-flash")
 
 
 def test_prefix_cache_alone_follows_the_unit_rules() -> None:
-    cache = PrefixCache(interval_tokens=1024)
+    cache = PrefixCache(interval_tokens=1024, block_tokens=1)
     assert cache.account(NAMESPACE, b"A" * 10 + b"B" * 10).hit_tokens == 0
     assert cache.account(NAMESPACE, b"A" * 10 + b"C" * 10).hit_tokens == 0
     # The common prefix, 10 bytes, is persisted as 8 (2 whole tokens).
@@ -282,7 +315,7 @@ class NaiveCache:
 
 def test_prefix_cache_agrees_with_the_naive_rules_on_random_conversations() -> None:
     rng = random.Random(20261201)
-    cache, naive = PrefixCache(interval_tokens=8), NaiveCache(interval_bytes=32)
+    cache, naive = PrefixCache(interval_tokens=8, block_tokens=1), NaiveCache(interval_bytes=32)
     sequences: list[bytes] = [b""]
     for _ in range(400):
         # Branch off an earlier sequence (often the end of one), with a short new tail from a small alphabet.

@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from tests.conftest import User
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubUsage
+from tests.stubs.summaries import summary_reply
 from tests.support.rows import stored_rows
 
 from agent_runtime.api.app import create_app
@@ -125,8 +126,9 @@ def usage(prompt: int, completion: int, cache_hit: int = 0) -> StubUsage:
 
 
 def default_responder(request: RecordedRequest) -> StubReply:
-    """Used when nothing is queued: answer every run directly, quoting the user's message."""
-    return intent_direct(f"echo: {stage_request_text(request)}")
+    """Used when nothing is queued: answer every run directly, quoting the user's message (and the memory's summary
+    task extractively, as the demo model does)."""
+    return summary_reply(request) or intent_direct(f"echo: {stage_request_text(request)}")
 
 
 def parse_sse(body: str) -> list[dict[str, Any]]:

@@ -7,6 +7,9 @@ of the request). Units are persisted
 2. at common prefixes the system detects across requests (A+B, then A+C: no hit for A+C, but A is persisted, so a
    later A+D hits A);
 3. at fixed token intervals inside long inputs and outputs.
+Hits are counted in whole 64-token blocks (the cache's storage unit: a shorter rest is not cached), and tool
+definitions are rendered inside the system turn and cached with it, so a request with another tool list (or none)
+shares only what comes before them.
 Usage reports `prompt_cache_hit_tokens`, `prompt_cache_miss_tokens` (hit + miss = prompt tokens) and
 `prompt_tokens_details.cached_tokens`. The cache is isolated per end user: per API key and `user_id`
 (https://api-docs.deepseek.com/quick_start/rate_limit); requests without a user_id share one namespace.
@@ -15,8 +18,9 @@ How it is modelled, and what is assumed:
 - No tokenizer: the request is serialised deterministically to bytes and one token is 4 bytes of that UTF-8 text
   (an approximation: English runs ~4 characters a token; a Chinese character is 3 bytes, ~0.75 token). A prefix of
   n bytes is ceil(n / 4) tokens.
-- The serialisation: the first system message, then the tool definitions if any (DeepSeek's chat templates render
-  tools into the system prompt region: assumed for V4), then the other messages in order, one JSON line each with
+- The serialisation: the first system message, then the tool definitions if any (the system turn), then the other
+  messages in order (`tools_in_prefix=False`, the worst case: the tools after the messages, outside any prefix a
+  later request repeats), one JSON line each with
   role, content, tool_calls (id, type, function name and arguments only, so a client's extra keys do not matter),
   tool_call_id and, in thinking mode, `reasoning_content` only for assistant messages of a user-to-user span with
   tool calls: the API ignores any other reasoning (https://api-docs.deepseek.com/guides/thinking_mode).
@@ -24,7 +28,8 @@ How it is modelled, and what is assumed:
   reasoning counts only where the model reads it back; JSON-blanked content as sent).
 - A detected common prefix is the longest one this request shares with an earlier request of its namespace (its
   input, or its input and output), rounded down to a whole token, persisted once this request is accounted.
-- The fixed interval is not documented: `interval_tokens`, 1024 by default, is an assumption.
+- The fixed interval is not documented: `interval_tokens`, 1024 by default, is an assumption (the benchmarks sweep
+  it from 64 to 4,096). `block_tokens` (64) is the block hits are counted in; unit tests of the rules set it to 1.
 - A namespace is also per served model (a KV cache belongs to one model; `deepseek-v4-flash` is served by, and
   shares the cache of, `deepseek-flash`). Nothing is ever evicted (DeepSeek keeps entries for hours; a benchmark
   lasts minutes). A request's hit is the longest unit that is a full prefix of its prompt; units it persists itself
@@ -63,6 +68,7 @@ from tests.stubs.deepseek_stub import (
 
 BYTES_PER_TOKEN = 4
 DEFAULT_INTERVAL_TOKENS = 1024
+BLOCK_TOKENS = 64
 # The names tests/runs/gateway/test_runs_prefix_cache.py imports (from the old 64-token-unit model). With fixed
 # intervals a prefix shared with an earlier request still hits at least its whole intervals, which that test checks.
 UNIT_TOKENS = DEFAULT_INTERVAL_TOKENS
@@ -150,8 +156,9 @@ def _reasoning_read(messages: Sequence[Mapping[str, Any]], thinking: bool) -> li
     ]
 
 
-def serialise(body: Mapping[str, Any]) -> bytes:
-    """The request's prompt as the cache sees it: first system message, tool definitions, other messages."""
+def serialise(body: Mapping[str, Any], *, tools_in_prefix: bool = True) -> bytes:
+    """The request's prompt as the cache sees it: the system turn (first system message, tool definitions), then the
+    other messages; with `tools_in_prefix=False` the tool definitions come last."""
     raw = body.get("messages")
     messages = [m for m in raw if isinstance(m, dict)] if isinstance(raw, list) else []
     read = _reasoning_read(messages, thinking_enabled(body))
@@ -159,6 +166,8 @@ def serialise(body: Mapping[str, Any]) -> bytes:
     system = next((i for i, m in enumerate(messages) if m.get("role") == "system"), None)
     head = [lines.pop(system)] if system is not None else []
     tools = [json.dumps(body["tools"], ensure_ascii=False, sort_keys=True)] if body.get("tools") else []
+    if not tools_in_prefix:
+        return "\n".join([*head, *lines, *tools]).encode()
     return "\n".join([*head, *tools, *lines]).encode()
 
 
@@ -239,8 +248,9 @@ class _Namespace:
 class PrefixCache:
     """The cache prefix units of every namespace. Per request: `account` its prompt, then `persist_output`."""
 
-    def __init__(self, interval_tokens: int = DEFAULT_INTERVAL_TOKENS) -> None:
+    def __init__(self, interval_tokens: int = DEFAULT_INTERVAL_TOKENS, block_tokens: int = BLOCK_TOKENS) -> None:
         self.interval_bytes = interval_tokens * BYTES_PER_TOKEN
+        self.block_tokens = block_tokens
         self._namespaces: defaultdict[CacheNamespace, _Namespace] = defaultdict(_Namespace)
 
     def _intervals(self, size: int) -> set[int]:
@@ -254,7 +264,10 @@ class PrefixCache:
         hit = space.longest_unit(prompt, shared)
         common = shared // BYTES_PER_TOKEN * BYTES_PER_TOKEN
         space.persist(prompt, {len(prompt), common, *self._intervals(len(prompt))})
-        return CacheAccount(prompt_tokens=tokens_of(len(prompt)), hit_tokens=tokens_of(hit), prompt_bytes=prompt)
+        blocks = tokens_of(hit) // self.block_tokens
+        return CacheAccount(
+            prompt_tokens=tokens_of(len(prompt)), hit_tokens=blocks * self.block_tokens, prompt_bytes=prompt
+        )
 
     def persist_output(self, namespace: CacheNamespace, sequence: bytes) -> None:
         """The output unit (the prompt followed by the answer) and its intervals."""
@@ -269,6 +282,8 @@ class PrefixCacheStub(DeepSeekStub):
         self,
         *,
         interval_tokens: int = DEFAULT_INTERVAL_TOKENS,
+        block_tokens: int = BLOCK_TOKENS,
+        tools_in_prefix: bool = True,
         api_key: str | None = "sk-stub-key",
         responder: Responder = echo_responder,
         strict_turns: bool = False,
@@ -286,7 +301,8 @@ class PrefixCacheStub(DeepSeekStub):
             concurrency_limits=concurrency_limits,
             concurrency_retry_after=concurrency_retry_after,
         )
-        self.cache = PrefixCache(interval_tokens)
+        self.cache = PrefixCache(interval_tokens, block_tokens)
+        self.tools_in_prefix = tools_in_prefix
         self.accounts: list[CacheAccount] = []
 
     # Tokens are 4 bytes here too, so max_tokens and completion tokens agree with the prompt's billing.
@@ -301,7 +317,7 @@ class PrefixCacheStub(DeepSeekStub):
             return super()._usage(reply, answer, recorded)
         body = recorded.fields
         namespace = CacheNamespace(end_user=recorded.end_user, model=served_model(body["model"]))
-        account = self.cache.account(namespace, serialise(body))
+        account = self.cache.account(namespace, serialise(body, tools_in_prefix=self.tools_in_prefix))
         self.accounts.append(account)
         output = serialise_output(body, account.prompt_bytes, answer_message(answer).wire())
         self.cache.persist_output(namespace, output)

@@ -368,3 +368,25 @@ async def test_a_resume_that_answers_only_some_interrupts_is_a_409_naming_the_re
         [{"loc": ["body", "resume"], "msg": "missing: approve-call_bio_2", "type": None}],
     )
     assert await h.visible(user, sid) == before and await _bio(h, user) is None
+
+
+async def test_the_resumed_turn_sends_the_intent_answer_as_the_model_wrote_it(
+    h: Harness, make_user: Callable[[], User]
+) -> None:
+    """The resumed execution call repeats the stopped run's execution call up to its request byte for byte, so the
+    provider's cache still holds it: the intent answer as the model wrote it (`json.dumps` spacing here), not
+    re-serialised compactly."""
+    user = make_user()
+    sid, _ = await _interrupted(h, user)
+    stopped = h.stub.requests[-1]
+    assert stage_of(stopped) == "execution"
+    written = stopped.messages[-2]
+    assert written["role"] == "assistant" and '"route": "NEEDS_EXECUTION"' in written["content"]
+
+    h.stub.enqueue(execution_done("Bio updated.", {"bio": "Kayaker from Lofoten"}), organized("Your bio is updated."))
+    resumed = await h.agui(user, _resume(sid, "resolved"))
+    assert types(resumed.events)[-1] == "RUN_FINISHED"
+
+    execution = h.stub.requests[-2]
+    assert stage_of(execution) == "execution"
+    assert execution.messages[: len(stopped.messages)] == stopped.messages

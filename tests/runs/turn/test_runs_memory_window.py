@@ -29,6 +29,7 @@ from tests.stubs.deepseek_stub import StubReply
 
 from agent_runtime.engine.conversation.metadata import AuditMetadata
 from agent_runtime.engine.conversation.summary import summary_message
+from agent_runtime.engine.llm.demo.extractive import NOTHING_STATED
 
 SUMMARY = "The user asked questions 0 to 10; each was answered."
 
@@ -187,10 +188,10 @@ async def _cut_statements(h: Harness, make_user: Callable[[], User], monkeypatch
 
 
 async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make_user: Callable[[], User]) -> None:
-    """Summaries are off by default, and when turned on with no provider configured, the offline demo model writes
-    a deterministic one, through the same path (LiteLLM custom provider, JSON mode, audit row)."""
+    """Summaries are on by default, and with no provider configured the offline demo model writes a deterministic,
+    extractive one, through the same path (LiteLLM custom provider, JSON mode, audit row)."""
     async with make_harness(llm_model=None, llm_api_base=None, deepseek_api_key=None, run_timeout_seconds=120) as h:
-        assert not h.settings.memory_summary
+        assert h.settings.memory_summary
     async with make_harness(
         llm_model=None,
         llm_api_base=None,
@@ -206,6 +207,6 @@ async def test_the_demo_model_summarises_offline(make_harness: MakeHarness, make
         assert types(result.events)[-1] == "RUN_FINISHED", result.events[-1]
         rows = await h.rows(user, sid)
         (summary,) = [r for r in rows if isinstance(r.metadata, AuditMetadata) and r.metadata.stage == "memory_summary"]
-        said = "; ".join(f'\\"question {turn}\\"' for turn in range(5, 11))
-        assert summary.content == '{"summary": "[demo model] Earlier the user said: ' + said + '."}'
+        # "question N" states nothing about the user.
+        assert summary.content == json.dumps({"summary": NOTHING_STATED})
         assert h.stub.requests == [], "nothing left the process"

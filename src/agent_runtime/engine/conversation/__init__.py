@@ -27,7 +27,8 @@ What we do better than Spring AI:
   are kept rather than returning nothing.
 - An identical system message re-added is not stored twice; a different one replaces the old one in the
   window, and stored rows keep their own `created_at` (never rewritten, so no timestamp tricks).
-- The window is cache-aware (`plan_window`): cut in large steps to low-water marks and then kept, so the
+- The window is cache-aware (`plan_window`): cut in large steps to low-water marks (never below the newest
+  `keep_turns` turns, so the last exchanges are always there verbatim) and then kept, so the
   model's input prefix stays byte-identical (and cached by the provider) for many turns; the start is stored
   at each cut (`WindowMark`), so every process computes the same window. With a `Summarizer`, what a cut
   drops is summarised and shown after the system message as data (`summary.py`).

@@ -39,6 +39,7 @@ def memory_policy(settings: Settings) -> WindowPolicy:
         low_messages=settings.memory_low_messages,
         low_tokens=settings.memory_low_tokens,
         summary_tokens=settings.memory_summary_max_tokens if settings.memory_summary else None,
+        keep_turns=settings.memory_keep_exchanges + 1,
         model=settings.effective_llm_model,
     )
 

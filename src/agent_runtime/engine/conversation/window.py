@@ -16,7 +16,7 @@ Rules (the first three are Spring AI's MessageWindowChatMemory, the rest is ours
    alone exceed a budget, the window is exactly those two and `over_budget` is set.
 
 `apply_window` is that window over a whole conversation. `plan_window` adds the cache-aware start (the
-"high-water / low-water" policy, rules 7-9), which keeps the model's input prefix byte-identical for many
+"high-water / low-water" policy, rules 7-10), which keeps the model's input prefix byte-identical for many
 turns so the provider's cache (DeepSeek bills a repeated prefix at 1/50 of the price) keeps hitting:
 7. The window starts at a stored start (a user message id; none = the start of the conversation) and grows
    from it while it fits the budgets (`max_messages`/`max_tokens`, the high-water marks).
@@ -24,7 +24,10 @@ turns so the provider's cache (DeepSeek bills a repeated prefix at 1/50 of the p
    the newest whole turns fit the low-water marks (`low_messages`/`low_tokens`); the newest turn when even it
    does not fit them. The start only moves forward, and only at a cut; with the low-water marks equal to the
    high-water ones this is the sliding window of `apply_window`, cut one turn at a time.
-9. `summary_tokens` reserves one message and that many tokens of both budgets for a summary of what the
+9. A cut never keeps fewer than the newest `keep_turns` turns (the turn being answered and the exchanges before
+   it), whatever the low-water marks say, so the model always has the last exchanges verbatim; this floor wins
+   over the budgets too (a window over them then logs `over_budget`, and is cut again at the next read).
+10. `summary_tokens` reserves one message and that many tokens of both budgets for a summary of what the
    cuts dropped (placed after the system message by the caller), so the window with it stays in budget.
 The start is a pure function of the stored messages and the stored previous start, so every process (any
 replica, after any restart) computes the same window.
@@ -61,6 +64,11 @@ class WindowPolicy(BaseModel):
     )
     summary_tokens: int | None = Field(
         default=None, ge=1, description="Reserve one message and this many tokens for a summary of dropped turns."
+    )
+    keep_turns: int = Field(
+        default=1,
+        ge=1,
+        description="Newest turns a cut always keeps (`plan_window`): this one and the exchanges before.",
     )
     model: str = Field(default=DEEPSEEK_DEFAULT_MODEL, min_length=1, description="Tokenizer to count with.")
     token_counter: TokenCounter | None = Field(
@@ -214,7 +222,7 @@ class WindowPlan(BaseModel):
 def plan_window(
     messages: Sequence[ChatMessage], policy: WindowPolicy, start_id: str | None, *, complete: bool = True
 ) -> WindowPlan:
-    """The cache-aware window over `messages` (oldest first) from the stored start `start_id` (rules 7-9).
+    """The cache-aware window over `messages` (oldest first) from the stored start `start_id` (rules 7-10).
 
     `messages` may be a bounded read: everything from the start (`complete`), or, when there is more than
     the high-water mark, only the newest messages (`complete=False`, and then a cut is due).
@@ -243,16 +251,16 @@ def plan_window(
 def _cut(
     turns: Sequence[_Turn], head: list[ChatMessage], policy: WindowPolicy, counts: dict[int, int]
 ) -> list[ChatMessage]:
-    """The newest whole turns that fit the low-water marks; when not even the newest turn does, that turn
-    alone under the high-water marks (and its newest part when it does not fit those either, rule 6)."""
+    """The newest whole turns that fit the low-water marks, and never fewer than `keep_turns` (rule 9); when
+    only the newest turn is kept and it does not fit the high-water marks, its newest part (rule 6)."""
     low = _Budget(policy, policy.low(), counts).took(head)
     kept: list[_Turn] = []
     for turn in reversed(turns):
-        if not low.fits(turn.messages()):
+        if len(kept) >= policy.keep_turns and not low.fits(turn.messages()):
             break
         low.take(turn.messages())
         kept.append(turn)
-    if kept or not turns:
+    if len(kept) > 1 or not turns:
         return [m for turn in reversed(kept) for m in turn.messages()]
     return _fit_turns(turns[-1:], _Budget(policy, policy.high(), counts).took(head))
 

@@ -45,6 +45,7 @@ class TurnInput(BaseModel):
     user_input: str
     ai_language: str
     intent: IntentResult | None = None
+    intent_answer: str | None = Field(default=None, description="The intent answer as the model wrote it.")
     continuation: list[ChatMessage] = Field(default_factory=list)
 
 
@@ -81,6 +82,7 @@ class TurnSuspended(BaseModel):
     stage: str
     calls: list[ToolCallSpec]
     intent: IntentResult
+    intent_answer: str | None = Field(description="The intent answer's bytes, for the resumed turn to send again.")
 
 
 TurnOutcome = TurnAnswered | TurnSuspended
@@ -115,6 +117,7 @@ async def run_turn(turn: TurnInput, ports: TurnPorts, config: AgentConfig) -> Tu
         user_input=turn.user_input,
         ai_language=turn.ai_language,
         intent=turn.intent,
+        intent_answer=turn.intent_answer,
         continuation=[dict(to_wire(message)) for message in turn.continuation],
     )
     deps = FlowDeps(
@@ -134,7 +137,9 @@ async def run_turn(turn: TurnInput, ports: TurnPorts, config: AgentConfig) -> Tu
         intent = final.intent
         if intent is None:
             raise RuntimeError("a turn stopped for tool calls before its intent was decided") from stop
-        return TurnSuspended(route=intent.route, stage=stop.stage, calls=stop.calls, intent=intent)
+        return TurnSuspended(
+            route=intent.route, stage=stop.stage, calls=stop.calls, intent=intent, intent_answer=final.intent_answer
+        )
     final = flow.state
     if final.route is None or final.assistant_text is None:
         raise RuntimeError("the flow finished without an answer")

@@ -381,7 +381,10 @@ class LLMClient:
             return
         litellm = load_litellm()
         try:
-            prompt = int(litellm.token_counter(model=target.model, messages=kwargs["messages"]))
+            # The tools array is part of the prompt the provider bills (rendered into its system turn).
+            prompt = int(
+                litellm.token_counter(model=target.model, messages=kwargs["messages"], tools=kwargs.get("tools"))
+            )
             completion = int(litellm.token_counter(model=target.model, text=output)) if output else 0
         except Exception:
             logger.exception("could not count the tokens of an interrupted model call: model=%s", target.model)

@@ -84,6 +84,8 @@ class AgentFlowState(FlowState):
     continuation: list[dict[str, Any]] = Field(default_factory=list)
 
     intent: IntentResult | None = None
+    # The intent answer as the model wrote it: a resumed turn re-sends these bytes (the provider's cache holds them).
+    intent_answer: str | None = None
     execution: ExecutionResult | None = None
     organization: OrganizationResult | None = None
     route: Route | None = None
@@ -129,6 +131,7 @@ class AgentFlow(Flow[AgentFlowState]):
         if state.intent is not None:
             return state.intent  # a resumed turn: decided by the run that stopped for approvals
         state.intent = await self._stage(self._intent_payload(), IntentResult, self._turn_start(), _INTENT)
+        state.intent_answer = str(self._transcripts["intent"][-1]["content"])
         return state.intent
 
     @router(intent)
@@ -197,8 +200,11 @@ class AgentFlow(Flow[AgentFlowState]):
         transcript = self._transcripts.get(stage)
         if transcript is not None:
             return transcript
-        intent = _required(self.state.intent, "intent")
-        return [*self._turn_start(), {"role": "assistant", "content": intent.model_dump_json()}]
+        state: AgentFlowState = self.state
+        answer = state.intent_answer
+        if answer is None:  # a turn suspended before the answer's bytes were kept
+            answer = _required(state.intent, "intent").model_dump_json()
+        return [*self._turn_start(), {"role": "assistant", "content": answer}]
 
     async def _stage(
         self, payload: StagePromptPayload, contract: type[_ContractT], messages: list[WireTurn], answering: _Answering

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent_runtime.engine.llm.demo.extractive import summary_of_request
 from agent_runtime.engine.llm.demo.memories import (
     EXTRACTION_TITLE,
     extraction_answer,
@@ -38,7 +39,6 @@ STAGE_TITLES = ("OrganizationResult", "ExecutionResult", "IntentResult")  # late
 # The chat memory's summary task (engine/conversation/summary.py), recognised like a stage by its schema title.
 SUMMARY_TITLE = "ConversationSummary"
 _SCHEMA_TITLE = re.compile(r'"title"\s*:\s*"(IntentResult|ExecutionResult|OrganizationResult|ConversationSummary)"')
-_SUMMARISED_USER_MESSAGES = 6
 _EXPRESSION = re.compile(r"\(*\d[\d\s.+\-*/×÷%()^]*")
 _HAS_OPERATOR = re.compile(r"\d\s*\)?\s*(?:\*\*|//|[-+*/×÷%^])\s*\(?\s*\d")
 _JSON_STRING = r'("(?:[^"\\]|\\.)*")'
@@ -349,10 +349,9 @@ def organization_answer(messages: list[WireMessage]) -> DemoAnswer:
 
 
 def summary_answer(messages: list[WireMessage]) -> DemoAnswer:
-    """A deterministic summary: the newest few things the user said before the task (the last message)."""
-    said = [_CONTRACT_LINE.sub("", m.content) for m in messages[:-1] if m.role == "user" and m.content]
-    quoted = "; ".join(json.dumps(_short(text, 60), ensure_ascii=False) for text in said[-_SUMMARISED_USER_MESSAGES:])
-    return _json(_Summary(summary=f"{DEMO_PREFIX} Earlier the user said: {quoted or 'nothing'}."))
+    """An extractive summary (demo/extractive.py): the previous one carried forward, and what the user stated."""
+    said = [_CONTRACT_LINE.sub("", m.content) for m in messages if m.role == "user" and m.content]
+    return _json(_Summary(summary=summary_of_request(said)))
 
 
 def demo_answer(messages: list[WireMessage], tools: list[ToolSchema], json_mode: bool) -> DemoAnswer:

@@ -46,6 +46,9 @@ class PendingTurn(BaseModel):
     run_id: str = Field(description="The run that suspended.")
     user_input: str = Field(description="The execution stage's request text, so the resumed stage sends it again.")
     intent: IntentResult
+    intent_answer: str | None = Field(
+        default=None, description="The intent answer as the model wrote it (None in turns stored before it was kept)."
+    )
     calls: list[PendingCall] = Field(min_length=1)
 
     def of_kind(self, kind: CallKind) -> list[PendingCall]:

@@ -211,6 +211,7 @@ class TurnRunner:
             user_input=user_input,
             ai_language=agent_ctx.settings.preferences.ai_language,
             intent=pending.intent if pending else None,
+            intent_answer=pending.intent_answer if pending else None,
             continuation=turn.continuation if pending else [],
         )
         ports = TurnPorts(call_model=gateway, on_tool_result=gateway.sink, tools=self._tools, user=agent_ctx)
@@ -272,6 +273,7 @@ class TurnRunner:
             run_id=str(job.run_id),
             user_input=user_input,
             intent=stop.intent,
+            intent_answer=stop.intent_answer,
             approval=self.approval_tools,
             frontend=[t.name for t in job.run_input.frontend_tools],
             tools={name: self._tools.get(name) for name in self._tools.names()},

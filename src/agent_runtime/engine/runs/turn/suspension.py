@@ -38,6 +38,7 @@ def suspension(
     run_id: str,
     user_input: str,
     intent: IntentResult,
+    intent_answer: str | None,
     approval: Collection[str],
     frontend: Collection[str],
     tools: Mapping[str, Tool[Any]],
@@ -45,7 +46,9 @@ def suspension(
     pending = [
         PendingCall(id=c.id, name=c.name, arguments=c.arguments, kind=_kind(c.name, approval, frontend)) for c in calls
     ]
-    turn = PendingTurn(id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, calls=pending)
+    turn = PendingTurn(
+        id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, intent_answer=intent_answer, calls=pending
+    )
     interrupts = [
         PendingInterrupt(
             id=call.interrupt_id,
