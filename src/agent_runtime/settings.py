@@ -171,6 +171,9 @@ class Settings(BaseSettings):
     max_sessions_per_user: int = Field(default=1000, ge=0)
     user_daily_budget_cny: Decimal = Field(default=Decimal("5"), ge=0, max_digits=20, decimal_places=10)
     user_monthly_budget_cny: Decimal = Field(default=Decimal("50"), ge=0, max_digits=20, decimal_places=10)
+    # CNY per million tokens (input and output alike) for a configured model the price list has no price in force
+    # for; unset: start-up refuses such a model, so that no model is free and unlimited by accident.
+    unpriced_model_price_cny: Decimal | None = Field(default=None, gt=0, max_digits=20, decimal_places=10)
 
     # AG-UI: whether RunAgentInput.tools are offered to the model (off: ignored, and not in the capabilities).
     agui_frontend_tools: bool = True

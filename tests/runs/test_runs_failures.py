@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -115,7 +116,7 @@ async def test_bad_request_fails_the_run_without_retrying(
 ) -> None:
     # The stub answers an unknown model with DeepSeek's 400 "Model Not Exist" (invalid_request_error).
     # (A queued StubFault(status=400) is labelled "rate_limit" by the stub and LiteLLM makes it a 429.)
-    async with make_harness(llm_model="deepseek/deepseek-v9") as h:
+    async with make_harness(llm_model="deepseek/deepseek-v9", unpriced_model_price_cny=Decimal(1)) as h:
         user = make_user()
         sid = await h.new_session(user)
 

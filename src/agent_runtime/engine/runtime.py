@@ -15,6 +15,7 @@ from agent_runtime.db.outage import is_unavailable
 from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.conversation.store import MessageStore
+from agent_runtime.engine.flow.configured_models import configured_models, refuse_unpriced
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.llm.call_builder import model_id_for_litellm
@@ -84,7 +85,7 @@ class EngineResources:
 def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemplates:
     """Validate the YAML configuration up front: a bad template, price table or model list, or a retired
     model id anywhere, stops start-up. `tools`: those registered beside the built-in ones."""
-    PricingTable.load(settings.pricing_file)
+    pricing = PricingTable.load(settings.pricing_file)
     catalog = ModelCatalog.load(settings.models_file)
     if settings.llm_model is not None:
         catalog.refuse_retired(model_id_for_litellm(settings.llm_model), "LLM_MODEL")
@@ -98,6 +99,7 @@ def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemp
             f"tasks.yaml: memory_summary.max_tokens ({templates.summary_max_tokens}) must be at least "
             f"MEMORY_SUMMARY_MAX_TOKENS ({settings.memory_summary_max_tokens})"
         )
+    refuse_unpriced(configured_models(settings, templates, catalog), pricing, settings)
     return templates
 
 

@@ -8,7 +8,7 @@ Prices are data with dates: each model has entries, oldest first, and an entry i
 from __future__ import annotations
 
 from bisect import bisect_right
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -133,10 +133,26 @@ class PriceQuote(BaseModel):
     price: ModelPrice
 
 
+# The entry a fallback price (UNPRICED_MODEL_PRICE_CNY) is recorded under: older than any dated price.
+FALLBACK_EFFECTIVE_FROM = datetime(2000, 1, 1, tzinfo=UTC)
+
+
 class PricingTable:
-    def __init__(self, pricing: PricingFile, *, source: str = "<memory>") -> None:
+    def __init__(
+        self, pricing: PricingFile, *, source: str = "<memory>", fallback_per_million: Decimal | None = None
+    ) -> None:
+        """`fallback_per_million`: the operator's price (input and output alike) for a model with none in force."""
         self.pricing = pricing
         self.source = source
+        self._fallback = (
+            None
+            if fallback_per_million is None
+            else ModelPrice(
+                input_cache_hit=fallback_per_million,
+                input_cache_miss=fallback_per_million,
+                output=fallback_per_million,
+            )
+        )
         self._keys: dict[str, str] = {}
         for key, row in pricing.models.items():
             for name in (key, *row.aliases):
@@ -154,14 +170,15 @@ class PricingTable:
         self._clock = PeakClock(pricing.schedule)
 
     @classmethod
-    def load(cls, path: Path) -> PricingTable:
-        return cls(load_yaml_model(path, PricingFile, PricingConfigError, what="price table"), source=str(path))
+    def load(cls, path: Path, *, fallback_per_million: Decimal | None = None) -> PricingTable:
+        return cls(
+            load_yaml_model(path, PricingFile, PricingConfigError, what="price table"),
+            source=str(path),
+            fallback_per_million=fallback_per_million,
+        )
 
-    def quote(self, model: str, at: datetime) -> PriceQuote | None:
-        """The price in force for `model` (a key or an alias) at `at`; None when there is none."""
-        if at.tzinfo is None:
-            # A naive time would be read in the server's zone: a price tier off by the UTC offset.
-            raise ValueError(f"quote needs an aware datetime, got {at.isoformat()}")
+    def listed_quote(self, model: str, at: datetime) -> PriceQuote | None:
+        """The price list's own price for `model` at `at`, never the fallback; None when there is none."""
         key = self._keys.get(model)
         if key is None:
             return None
@@ -171,10 +188,23 @@ class PricingTable:
         tier: PriceTier = "standard" if entry.standard is not None else self._clock.tier_at(at)
         return PriceQuote(key=key, effective_from=entry.effective_from, tier=tier, price=entry.price(tier))
 
+    def quote(self, model: str, at: datetime) -> PriceQuote | None:
+        """The price in force for `model` (a key or an alias) at `at`, else the fallback price; None when there
+        is neither."""
+        if at.tzinfo is None:
+            # A naive time would be read in the server's zone: a price tier off by the UTC offset.
+            raise ValueError(f"quote needs an aware datetime, got {at.isoformat()}")
+        listed = self.listed_quote(model, at)
+        if listed is not None or self._fallback is None:
+            return listed
+        return PriceQuote(key=model, effective_from=FALLBACK_EFFECTIVE_FROM, tier="standard", price=self._fallback)
+
     def quote_entry(self, model: str, effective_from: datetime, tier: PriceTier) -> PriceQuote | None:
         """The price of one named entry and tier, as a stored cost records them; None when there is none."""
         key = self._keys.get(model)
         if key is None:
+            if self._fallback is not None and effective_from == FALLBACK_EFFECTIVE_FROM and tier == "standard":
+                return PriceQuote(key=model, effective_from=effective_from, tier=tier, price=self._fallback)
             return None
         for entry in self.pricing.models[key].prices:
             if entry.effective_from == effective_from and tier in entry.tiers:

@@ -131,7 +131,9 @@ class LLMClient:
         self.settings = settings
         self.builder = CallBuilder(settings)
         self.retry = RetryPolicy.from_settings(settings)
-        self.costs = CostCalculator(pricing or PricingTable.load(settings.pricing_file))
+        self.costs = CostCalculator(
+            pricing or PricingTable.load(settings.pricing_file, fallback_per_million=settings.unpriced_model_price_cny)
+        )
         self.fallbacks = FallbackChains(
             catalog or ModelCatalog.load(settings.models_file), self.builder, image_models=image_models(settings)
         )

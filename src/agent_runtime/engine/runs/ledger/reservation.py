@@ -44,7 +44,7 @@ class RunReservation:
     ) -> None:
         """`clock`: when calls are priced (None: the wall clock; tests pin it)."""
         self._catalog = ModelCatalog.load(settings.models_file)
-        self._pricing = PricingTable.load(settings.pricing_file)
+        self._pricing = PricingTable.load(settings.pricing_file, fallback_per_million=settings.unpriced_model_price_cny)
         self._clock = clock or (lambda: datetime.now(UTC))
         self._run_seconds = settings.run_timeout_seconds
         tasks = templates.tasks()
