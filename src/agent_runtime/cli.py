@@ -29,7 +29,7 @@ def _settings_or_exit(**overrides: object) -> Settings:
 
 def _config_or_exit(settings: Settings) -> None:
     """The YAML files, checked before anything starts: one line naming the file and key, not a traceback."""
-    from agent_runtime.engine.billing.pricing import PricingConfigError
+    from agent_runtime.engine.billing.pricing import PricingConfigError, PricingTable
     from agent_runtime.engine.flow.configured_models import configured_models, unknown_model_warnings
     from agent_runtime.engine.flow.templates import TemplateConfigError
     from agent_runtime.engine.llm.catalog import ModelCatalog, ModelConfigError
@@ -41,7 +41,7 @@ def _config_or_exit(settings: Settings) -> None:
         sys.exit(f"invalid configuration: {exc}")
     if not settings.is_demo_model:
         models = configured_models(settings, templates, ModelCatalog.load(settings.models_file))
-        for line in unknown_model_warnings(models):
+        for line in unknown_model_warnings(models, PricingTable.load(settings.pricing_file)):
             print(f"agent-runtime: warning: {line}", file=sys.stderr)
 
 

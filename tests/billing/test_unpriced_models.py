@@ -3,6 +3,9 @@ UNPRICED_MODEL_PRICE_CNY is set, which then prices its calls; an id LiteLLM does
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -115,3 +118,19 @@ def test_the_fallback_price_prices_and_audits_an_unpriced_models_calls() -> None
     # A listed model keeps its own price.
     listed = CostCalculator(table).cost("deepseek/deepseek-flash", usage, at=NOW)
     assert listed == CostCalculator(PricingTable.load(PRICING)).cost("deepseek/deepseek-flash", usage, at=NOW)
+
+
+def test_the_shipped_models_are_checked_without_loading_litellm(tmp_path: Path) -> None:
+    # LiteLLM's model list is read only for a model the price list does not name: `serve`'s parent process (which
+    # with --workers only supervises) stays without LiteLLM's ~2.5 s import and ~100 MB.
+    probe = (
+        "import sys\n"
+        "from agent_runtime.cli import _config_or_exit\n"
+        "from agent_runtime.settings import load_settings\n"
+        "_config_or_exit(load_settings())\n"
+        "print('litellm' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("LLM_MODEL", "UNPRICED_MODEL_PRICE_CNY", "DATABASE_URL")}
+    env["DEEPSEEK_API_KEY"] = "sk-x"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False\n", "")
