@@ -98,6 +98,7 @@ BENCHMARKS = (
         180,
         OPTION,
     ),
+    Benchmark("overload.py", "--budgets 2 --answer-seconds 0.05", "| LLM_OVERLOAD_WAIT_SECONDS, storm |", 120, OPTION),
     Benchmark("http_parser.py", "--requests 200 --rounds 1 --warmup-seconds 0", "h11 / httptools:", 180, DATABASE_ENV),
     Benchmark(
         "load.py",
