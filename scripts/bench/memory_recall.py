@@ -177,7 +177,7 @@ async def conversations(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
                     )
                     await client.delete(f"/v1/memories/{pet['id']}", headers=headers)
                     for question, target, stale in script["questions"]:
-                        recall = await engine.memories.store.recall(ctx, question, k=5, session_id=None)
+                        recall = await engine.memories.store.recall(ctx, question, k=5, session_id=None, lane=Lane.RUN)
                         top = [h.text for h in recall.hits]
                         reply = await run_turn(client, engine, headers, await session(), question)
                         # What the turn was shown: the hits within the margin of the best one (MemoryService.recall).
