@@ -58,6 +58,17 @@ async def database_url(pg_server: PgServer) -> AsyncIterator[str]:
     await drop_database(pg_server, name)
 
 
+@pytest.fixture
+async def own_database_url(pg_server: PgServer) -> AsyncIterator[str]:
+    """A database of the test's own, for claims that hold only if no other test's process sweeps it (the sweep
+    is the system's, over every user's runs)."""
+    name = await create_database(pg_server)
+    url = pg_server.url_for(name)
+    await apply_migrations(url)
+    yield url
+    await drop_database(pg_server, name)
+
+
 @pytest.fixture(scope="session")
 def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings(

@@ -37,7 +37,7 @@ class Replicas:
 
 
 @pytest.fixture
-async def replicas(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Replicas]:
+async def replicas(own_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Replicas]:
     workdir = tmp_path_factory.mktemp("quota-after-kill")
     async with DeepSeekStub(api_key=STUB_API_KEY, responder=respond) as stub:
         env = {
@@ -51,8 +51,8 @@ async def replicas(database_url: str, tmp_path_factory: pytest.TempPathFactory) 
             "MAX_RUNS_PER_USER_PER_MINUTE": "0",  # no limit: the test polls
         }
         a, b = await asyncio.gather(
-            start_serve("a", database_url=database_url, workdir=workdir, env=env),
-            start_serve("b", database_url=database_url, workdir=workdir, env=env),
+            start_serve("a", database_url=own_database_url, workdir=workdir, env=env),
+            start_serve("b", database_url=own_database_url, workdir=workdir, env=env),
         )
         try:
             yield Replicas(a=a, b=b, stub=stub)
