@@ -620,7 +620,7 @@ async def test_a_bad_tool_call_gets_an_error_result_and_the_stage_goes_on(call: 
     assert calculator.ran_on == []
 
 
-async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls() -> None:
+async def test_the_reasoning_of_every_reply_goes_back_with_it_in_later_calls() -> None:
     model = FakeModel(
         {
             "intent": [ModelReply(content=NEEDS.model_dump_json(), reasoning="needs a tool")],
@@ -641,19 +641,23 @@ async def test_reasoning_of_tool_calls_goes_back_in_the_stage_later_calls() -> N
     calculator_1 = tool_turns(SECOND_CALL, '{"expression":"1 + 1","result":"2"}', reasoning="check 1 + 1 too")
     assert second.messages == [*first.messages, *calculator_17]
     assert third.messages == [*first.messages, *calculator_17, *calculator_1]
-    # An answer's reasoning (no tool calls) never goes back.
+    # An answer's reasoning goes back with it too (DeepSeek: every earlier assistant message of a request with tools).
     assert repair.messages == [
         *third.messages,
-        {"role": "assistant", "content": "The sums are 42 and 2."},
+        {"role": "assistant", "content": "The sums are 42 and 2.", "reasoning_content": "prose first"},
         repair_turn("execution", NOT_JSON),
     ]
-    for call in [*calls_of(model, "intent"), first]:
-        assert all("reasoning_content" not in message for message in call.messages)
-    # The organization stage continues the execution transcript (repair turns left out), tool reasoning included.
+    (intent,) = calls_of(model, "intent")
+    assert all("reasoning_content" not in message for message in intent.messages)
+    assert first.messages[-2:] == [
+        {"role": "assistant", "content": NEEDS.model_dump_json(), "reasoning_content": "needs a tool"},
+        first.messages[-1],
+    ]
+    # The organization stage continues the execution transcript (repair turns left out), reasoning included.
     (organization,) = calls_of(model, "organization")
     assert organization.messages == [
         *third.messages,
-        {"role": "assistant", "content": EXECUTED.model_dump_json()},
+        {"role": "assistant", "content": EXECUTED.model_dump_json(), "reasoning_content": "as JSON"},
         USER(ORGANIZATION_REQUEST),
     ]
 
@@ -664,7 +668,7 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
         UserMessage(content="What time is it?"),
         AssistantMessage(content="", tool_calls=[old_call], reasoning_content="look at the clock"),
         ToolMessage(tool_call_id="call_old", name="current_time", content='{"time": "09:00"}'),
-        AssistantMessage(content="It is 9."),
+        AssistantMessage(content="It is 9.", reasoning_content="say the time"),
     ]
     continuation: list[ChatMessage] = [
         AssistantMessage(content="", tool_calls=[TOOL_CALL], reasoning_content="add them"),
@@ -676,6 +680,7 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
         user_input="And 17 + 25?",
         ai_language="en",
         intent=NEEDS,
+        intent_reasoning="needs the calculator",
         continuation=continuation,
     )
     model = FakeModel({"execution": [reply(EXECUTED)], "organization": [reply(ORGANIZED)]})
@@ -697,9 +702,9 @@ async def test_reasoning_in_the_history_and_a_resumed_stage_reaches_the_model_un
             "reasoning_content": "look at the clock",
         },
         {"role": "tool", "tool_call_id": "call_old", "content": '{"time": "09:00"}', "name": "current_time"},
-        {"role": "assistant", "content": "It is 9."},
+        {"role": "assistant", "content": "It is 9.", "reasoning_content": "say the time"},
         TURN("And 17 + 25?"),
-        {"role": "assistant", "content": NEEDS.model_dump_json()},
+        {"role": "assistant", "content": NEEDS.model_dump_json(), "reasoning_content": "needs the calculator"},
         USER(EXECUTION_REQUEST),
         *tool_turns(TOOL_CALL, '{"expression":"17 + 25","result":"42"}', reasoning="add them"),
     ]
@@ -798,5 +803,10 @@ async def test_a_turn_stopped_for_a_tool_the_run_may_not_run_is_suspended_with_i
     outcome = await run(turn_for(), model)
 
     assert outcome == TurnSuspended(
-        route="NEEDS_EXECUTION", stage="execution", calls=[call], intent=NEEDS, intent_answer=reply(NEEDS).content
+        route="NEEDS_EXECUTION",
+        stage="execution",
+        calls=[call],
+        intent=NEEDS,
+        intent_answer=reply(NEEDS).content,
+        intent_reasoning=None,
     )

@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 from tests.stubs.deepseek_stub import (
     PASSBACK_MESSAGE,
+    REPORTED_LAX,
     DeepSeekStub,
     StubFault,
     StubReply,
@@ -25,7 +26,7 @@ TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {
 CALL = StubToolCall(id="call_1", name="calculator", arguments='{"expression": "2+3"}')
 STRICT = (
     f"{PASSBACK_MESSAGE} (stub, stricter than DeepSeek: message 1 passes back a reasoning this stub did not send "
-    "with its tool calls for this API key and user_id)"
+    "with it for this API key and user_id)"
 )
 
 
@@ -306,6 +307,59 @@ async def test_non_thinking_requests_and_turns_without_tool_calls_need_no_reason
         {"role": "user", "content": "How are you?"},
     ]
     assert (await post(stub, body(messages=chat))).status == 200
+
+
+# In a request with tools, every earlier assistant message passes back its reasoning
+
+
+async def answered_turn(stub: DeepSeekStub, content: str, **extra: Any) -> list[dict[str, Any]]:
+    """A first request answered without tool calls, and the user's next message."""
+    question = {"role": "user", "content": "Hi"}
+    stub.enqueue(StubReply(content=content))
+    answer = message_of(await post(stub, body(messages=[question], tools=TOOLS, **extra)))
+    return [question, answer, {"role": "user", "content": "And now?"}]
+
+
+async def test_an_answers_reasoning_passed_back_is_accepted_and_its_placeholder_refused(stub: DeepSeekStub) -> None:
+    history = await answered_turn(stub, "Hello!")
+    assert history[1]["reasoning_content"] == "Thinking (high effort) about: Hi"
+    assert (await post(stub, body(messages=history, tools=TOOLS))).status == 200
+    history[1]["reasoning_content"] = " "
+    reply = await post(stub, body(messages=history, tools=TOOLS))
+    assert (reply.status, reply.json_body()) == (400, error(STRICT))
+    history[1].pop("reasoning_content")
+    reply = await post(stub, body(messages=history, tools=TOOLS))
+    assert (reply.status, reply.json_body()) == (400, error(PASSBACK_MESSAGE))
+    # Without tools an answer's reasoning is not needed (DeepSeek ignores it).
+    assert (await post(stub, body(messages=history))).status == 200
+
+
+async def test_an_answer_is_known_by_a_text_inside_its_json(stub: DeepSeekStub) -> None:
+    history = await answered_turn(stub, json.dumps({"answer": 'She said "hi"\nthen left.', "route": "DIRECT"}))
+    history[1]["content"] = 'She said "hi"\nthen left.'
+    reply = await post(stub, body(messages=history, tools=TOOLS))
+    assert reply.status == 200
+    history[1]["reasoning_content"] = "Some other reasoning."
+    reply = await post(stub, body(messages=history, tools=TOOLS))
+    assert (reply.status, reply.json_body()) == (400, error(STRICT))
+
+
+async def test_a_placeholder_passes_for_messages_answered_without_thinking(stub: DeepSeekStub) -> None:
+    for history in (
+        await answered_turn(stub, "Hello!", thinking={"type": "disabled"}),
+        await tool_turn(stub, thinking={"type": "disabled"}),
+    ):
+        history[1]["reasoning_content"] = " "  # what LiteLLM injects in thinking mode
+        assert (await post(stub, body(messages=history, tools=TOOLS))).status == 200
+
+
+async def test_a_lax_model_checks_only_tool_call_messages() -> None:
+    async with DeepSeekStub(lax_reasoning_models=REPORTED_LAX) as stub:
+        history = await answered_turn(stub, "Hello!")
+        history[1].pop("reasoning_content")
+        assert (await post(stub, body(messages=history, tools=TOOLS))).status == 200
+        reply = await post(stub, body(model="deepseek-v4-pro", messages=history, tools=TOOLS))
+        assert (reply.status, reply.json_body()) == (400, error(PASSBACK_MESSAGE))
 
 
 # user_id

@@ -15,9 +15,12 @@ docs as of December 2026):
   as `delta.reasoning_content` chunks before the content and tool calls); temperature, presence_penalty and
   frequency_penalty are accepted and ignored. An assistant message that called tools must carry its
   `reasoning_content` in every later thinking-mode request, else 400 "The `reasoning_content` in the thinking mode
-  must be passed back to the API."; other turns' reasoning need not be sent. The docs' tool-call sample output
-  (https://api-docs.deepseek.com/api_samples/thinking_mode_api_example_tool_call_output) shows reasoning on every
-  sub-turn of a tool loop.
+  must be passed back to the API.". In a thinking-mode request that carries `tools`, every earlier assistant message
+  must carry it, tool calls or not: the zh-cn guide asks for the reasoning of every assistant message between two
+  user messages once the model called a tool there, and a third-party test (2026-10-06) got this 400 from
+  `deepseek-v4-pro` for an answer's missing reasoning (`deepseek-flash` was lax: `lax_reasoning_models`). The docs'
+  tool-call sample output (https://api-docs.deepseek.com/api_samples/thinking_mode_api_example_tool_call_output)
+  shows reasoning on every sub-turn of a tool loop.
 - Concurrency (https://api-docs.deepseek.com/quick_start/rate_limit): per account and model, from the request until
   its answer is complete, all user_ids combined: 2,500 for deepseek-flash, 500 for deepseek-v4-pro; past it HTTP 429.
 - `user_id` (same page): isolates content safety, KV cache and scheduling per end user of an account.
@@ -36,11 +39,13 @@ docs as of December 2026):
   `{"error": {"message", "type", "param": null, "code"}}`.
 
 Where the stub is stricter than DeepSeek, or assumes what the docs leave open:
-- The reasoning passed back for a tool call must also equal what this stub produced for that tool call id for the
-  same API key and user_id (`strict_reasoning`, on by default). DeepSeek only needs it present: LiteLLM injects a
-  single space when the history lost it, which DeepSeek takes but which blinds the model, and a history wired to
-  another user's calls passes too. Only assistant messages with tool calls are checked; the docs can be read as
-  requiring the reasoning of every assistant message of such a span, which the stub does not enforce.
+- The reasoning passed back must also equal what this stub produced with that message for the same API key and
+  user_id (`strict_reasoning`, on by default): for a tool call, by its id; for an answer, by its text (the whole
+  content, or a string in its JSON: the service stores the answer's text, not its JSON). A message the stub
+  produced with thinking off may carry anything (LiteLLM's single-space placeholder); an answer whose text the
+  stub never produced only needs the field present. DeepSeek only needs it present: LiteLLM injects a single space
+  when the history lost it, which DeepSeek takes but which blinds the model, and a history wired to another user's
+  calls passes too.
 - `user_id` must match [a-zA-Z0-9_-]+ and be at most 512 bytes of UTF-8, else 400: one version of the rate-limit
   page requires the pattern, another only recommends it. The messages of this 400, and of a bad `thinking`,
   `reasoning_effort` or `max_tokens`, are the stub's own (the docs do not give them).
@@ -63,7 +68,7 @@ import json
 import re
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Self
@@ -83,6 +88,8 @@ EFFORTS = MappingProxyType(
     {"minimal": "low", "low": "low", "medium": "high", "high": "high", "xhigh": "high", "max": "max", "ultra": "max"}
 )
 PASSBACK_MESSAGE = "The `reasoning_content` in the thinking mode must be passed back to the API."
+REPORTED_LAX = frozenset({"deepseek-flash"})
+"""Served models reported to check only tool-call messages' reasoning (a third-party test, 2026-10-06)."""
 USER_ID_MAX_BYTES = 512
 _USER_ID_RE = re.compile(r"[a-zA-Z0-9_-]+")
 _TOKEN_RE = re.compile(r"[\u3400-\u9fff]|\w+|[^\w\s]")
@@ -451,6 +458,50 @@ def _consecutive_user_turns(messages: list[Any]) -> bool:
     return any(a == b == "user" for a, b in pairwise(roles))
 
 
+class _Produced:
+    """What the stub answered one end user: the reasonings it sent with each tool call id and with each answer's
+    texts (None: it answered with thinking off)."""
+
+    def __init__(self) -> None:
+        self._calls: defaultdict[str, set[str | None]] = defaultdict(set)
+        self._texts: defaultdict[str, set[str | None]] = defaultdict(set)
+
+    def add(self, answer: StubAnswer) -> None:
+        for call in answer.tool_calls:
+            self._calls[call.id].add(answer.reasoning_content)
+        if not answer.tool_calls:
+            for text in _answer_texts(answer.content):
+                self._texts[text].add(answer.reasoning_content)
+
+    def gave(self, call_ids: list[str], text: str, reasoning: str) -> bool:
+        """Whether `reasoning` may come back with the message of these tool calls, or of this answer's text. Tool
+        call ids must be the stub's own (a history wired to another user's calls fails); an answer's text may not be
+        (the service rewrites the last answer's text), and then any reasoning passes."""
+        if call_ids:
+            return all(None in self._calls[i] or reasoning in self._calls[i] for i in call_ids)
+        sent = self._texts.get(text)
+        return sent is None or None in sent or reasoning in sent
+
+
+def _answer_texts(content: str | None) -> set[str]:
+    """The content, and every string inside it when it is JSON (a stage's contract)."""
+    texts = {content} if content else set()
+    try:
+        parsed: Any = json.loads(content or "")
+    except ValueError:
+        return texts
+    pending = [parsed]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            texts.add(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return texts
+
+
 def _tool_call_ids(message: dict[str, Any]) -> list[str]:
     calls = message.get("tool_calls")
     return [str(c.get("id")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
@@ -516,6 +567,7 @@ class DeepSeekStub:
         responder: Responder = echo_responder,
         strict_turns: bool = False,
         strict_reasoning: bool = True,
+        lax_reasoning_models: Collection[str] = (),
         json_blanking: bool = True,
         concurrency_limits: Mapping[str, int] = DEFAULT_CONCURRENCY_LIMITS,
         concurrency_retry_after: str | None = None,
@@ -523,6 +575,8 @@ class DeepSeekStub:
         self.api_key = api_key
         self.strict_turns = strict_turns
         self.strict_reasoning = strict_reasoning
+        # Served models that check only the reasoning of tool-call messages (REPORTED_LAX: flash, as reported).
+        self.lax_reasoning_models = frozenset(lax_reasoning_models)
         self.json_blanking = json_blanking
         # Per served model; a model missing from the mapping has no limit.
         self.concurrency_limits = dict(concurrency_limits)
@@ -537,8 +591,7 @@ class DeepSeekStub:
         self._received = asyncio.Condition()
         self._hold: StubHold | None = None
         self._in_flight: defaultdict[str, int] = defaultdict(int)
-        # Per end user, tool call id -> the reasonings this stub sent with it (scripts may reuse an id).
-        self._reasoning_sent: defaultdict[EndUser, defaultdict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self._produced: defaultdict[EndUser, _Produced] = defaultdict(_Produced)
         self.base_url = ""
 
     def hold_replies(self) -> StubHold:
@@ -627,9 +680,7 @@ class DeepSeekStub:
         if item.delay_seconds:
             await asyncio.sleep(item.delay_seconds)
         answer = self._answer(item, recorded)
-        if answer.reasoning_content is not None:
-            for call in answer.tool_calls:
-                self._reasoning_sent[recorded.end_user][call.id].add(answer.reasoning_content)
+        self._produced[recorded.end_user].add(answer)
         usage = self._usage(item, answer, recorded)
         if not stream:
             return web.json_response(self._completion(body["model"], answer, usage).wire())
@@ -691,18 +742,23 @@ class DeepSeekStub:
             return "consecutive user messages are not allowed"
         if not recorded.thinking_enabled:
             return None
-        sent = self._reasoning_sent[recorded.end_user]
+        every = bool(recorded.fields.get("tools")) and (
+            served_model(str(recorded.fields.get("model"))) not in self.lax_reasoning_models
+        )
+        produced = self._produced[recorded.end_user]
         for index, message in enumerate(recorded.messages):
-            ids = _tool_call_ids(message) if message.get("role") == "assistant" else []
-            if not ids:
+            if message.get("role") != "assistant":
+                continue
+            ids = _tool_call_ids(message)
+            if not ids and not every:
                 continue
             reasoning = message.get("reasoning_content")
             if not isinstance(reasoning, str) or not reasoning:
                 return PASSBACK_MESSAGE
-            if self.strict_reasoning and any(reasoning not in sent[call_id] for call_id in ids):
+            if self.strict_reasoning and not produced.gave(ids, content_text(message.get("content")), reasoning):
                 return (
                     f"{PASSBACK_MESSAGE} (stub, stricter than DeepSeek: message {index} passes back a reasoning this "
-                    "stub did not send with its tool calls for this API key and user_id)"
+                    "stub did not send with it for this API key and user_id)"
                 )
         return None
 

@@ -126,6 +126,7 @@ async def test_invalid_json_once_is_repaired_and_the_rejected_attempt_is_billed(
                 "demo": False,
                 "message_id": deltas[0]["messageId"],
                 "partial": None,
+                "reasoning_content": None,
             },
             "input_tokens": 700,
             "output_tokens": 20,

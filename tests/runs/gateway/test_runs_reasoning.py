@@ -1,8 +1,8 @@
 """Thinking mode (DeepSeek's `reasoning_content`, api-docs.deepseek.com/guides/thinking_mode): streamed as REASONING_*
-events and kept as an audit row; the reasoning of a reply that called tools is stored with the calls and sent back in
+events and kept as an audit row; the reasoning of a reply is stored with its calls or its answer and sent back in
 every later request of the thread (across turns, runs and restarts), which the stub checks (it refuses a request
-without it, or with anything but what it sent, with DeepSeek's 400); other reasoning is never sent back, and nothing
-of one user's reaches another's requests."""
+without it, or with anything but what it sent, with DeepSeek's 400), and nothing of one user's reaches another's
+requests."""
 
 from __future__ import annotations
 
@@ -72,10 +72,15 @@ async def test_streamed_reasoning_becomes_reasoning_events_and_an_audit_row(
         assert row.message_id == reasoning_id
         assert [m["content"] for m in await h.visible(user, sid)] == ["hi", "Hello!"]
 
-        # The reasoning of an answer without tool calls is not sent back (DeepSeek ignores it).
+        # The answer keeps its reasoning and passes it back in the next turn's call, which carries tools (the
+        # stub's strict rule: every earlier assistant message of such a request carries its own reasoning).
         h.stub.enqueue(intent_direct("Again!"))
-        await h.run(user, sid, "once more")
-        assert THOUGHT not in json.dumps(h.stub.requests[-1].body)
+        result = await h.run(user, sid, "once more")
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        again = h.stub.requests[-1]
+        assert again.body["tools"]
+        answers = [m for m in again.messages if m["role"] == "assistant"]
+        assert answers == [{"role": "assistant", "content": "Hello!", "reasoning_content": THOUGHT}]
 
 
 def _tool_turn(turn: int, reasoning: str) -> list[StubReply]:

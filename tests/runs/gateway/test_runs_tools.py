@@ -228,6 +228,7 @@ async def test_calculator_run_streams_tool_events_and_bills_every_call(
             "demo": False,
             "message_id": reply_id,
             "partial": None,
+            "reasoning_content": None,
         },
     }
     intent_audit = {"seq": -1, **_audit("intent", run_id, intent.content)}

@@ -79,8 +79,8 @@ class AssistantMessage(_Message):
     tool_calls: list[ToolCallSpec] = Field(default_factory=list)
     reasoning_content: str | None = Field(
         default=None,
-        description="The reasoning of a message with tool calls, kept with it: a thinking model must get it back "
-        "in every later request (DeepSeek answers 400 otherwise). Reasoning of other answers is not kept here.",
+        description="The model's reasoning for this message (thinking mode), kept with it: DeepSeek's thinking mode "
+        "wants it back on every earlier assistant message of a request with tools (400 otherwise).",
     )
 
     @model_validator(mode="after")
@@ -88,8 +88,6 @@ class AssistantMessage(_Message):
         ids = [call.id for call in self.tool_calls]
         if len(ids) != len(set(ids)):
             raise ValueError("tool call ids must be unique within one assistant message")
-        if self.reasoning_content is not None and not self.tool_calls:
-            raise ValueError("only an assistant message with tool calls keeps its reasoning")
         return self
 
 

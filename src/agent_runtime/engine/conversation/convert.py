@@ -53,7 +53,7 @@ class _WireToolCall(BaseModel):
 
 class _WireMessage(BaseModel):
     # Providers add their own keys (provider_specific_fields, ...): not part of the chat-completions message
-    # contract, so they are ignored rather than refused. `reasoning_content` is kept on tool calls only.
+    # contract, so they are ignored rather than refused.
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "user", "assistant", "tool"]
@@ -79,10 +79,7 @@ def to_wire(message: ChatMessage) -> dict[str, JsonValue]:
                     for c in calls
                 ],
             }
-            if message.reasoning_content is not None:
-                # A thinking model's reasoning for these calls goes back with them (DeepSeek: or HTTP 400).
-                wire["reasoning_content"] = message.reasoning_content
-            return wire
+            return _with_reasoning(wire, message)
         case ToolMessage():
             wire = {
                 "role": "tool",
@@ -94,8 +91,18 @@ def to_wire(message: ChatMessage) -> dict[str, JsonValue]:
             return wire
         case UserMessage():
             return {"role": "user", "content": user_text(message)}
+        case AssistantMessage():
+            return _with_reasoning({"role": "assistant", "content": message.content}, message)
         case _:
             return {"role": message.role, "content": message.content}
+
+
+def _with_reasoning(wire: dict[str, JsonValue], message: AssistantMessage) -> dict[str, JsonValue]:
+    """A thinking model's reasoning goes back with the message it gave: DeepSeek's thinking mode answers 400 to a
+    request with tools whose earlier assistant messages lack theirs (api-docs.deepseek.com, thinking mode guide)."""
+    if message.reasoning_content is not None:
+        wire["reasoning_content"] = message.reasoning_content
+    return wire
 
 
 def from_wire(raw: Mapping[str, object]) -> ChatMessage:
@@ -123,7 +130,7 @@ def _from_wire(wire: _WireMessage) -> ChatMessage:
                 ToolCallSpec(id=c.id, name=c.function.name, arguments=c.function.arguments)
                 for c in wire.tool_calls or []
             ]
-            reasoning = wire.reasoning_content if calls else None
+            reasoning = wire.reasoning_content
             return AssistantMessage(content=wire.content or "", tool_calls=calls, reasoning_content=reasoning)
         case "tool":
             if not wire.tool_call_id:

@@ -113,6 +113,8 @@ class AssistantOutputMetadata(BillingFields):
     message_id: str | None = Field(default=None, description="AG-UI message id of the streamed answer.")
     # Present only on the answer of a cancelled run: its text as far as it was streamed.
     partial: Literal[True] | None = None
+    # The reasoning of the call that gave this answer (thinking mode): sent back with it in later requests.
+    reasoning_content: str | None = None
 
 
 class AuditMetadata(BillingFields):
@@ -125,7 +127,7 @@ class AuditMetadata(BillingFields):
     raw_output: Any = None
     error: str | None = None
     # Set on the row holding a model call's reasoning (`reasoning_content`): kept for audit and streamed as
-    # REASONING_* events; the reasoning of tool calls is also on their row (ToolCallMetadata), to be sent back.
+    # REASONING_* events; it is also on the row of the calls or the answer it gave, to be sent back.
     reasoning: Literal[True] | None = None
 
 

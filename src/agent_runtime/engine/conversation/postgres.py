@@ -59,7 +59,9 @@ def to_new_message(message: ChatMessage) -> NewMessage:
             reasoning_content=message.reasoning_content,
         )
     elif isinstance(message, AssistantMessage):
-        metadata = AssistantOutputMetadata(run_id=meta.run_id, stage=meta.stage, model=meta.model)
+        metadata = AssistantOutputMetadata(
+            run_id=meta.run_id, stage=meta.stage, model=meta.model, reasoning_content=message.reasoning_content
+        )
     else:
         metadata = ToolResultMetadata(
             tool_call_id=message.tool_call_id, tool_name=message.name, is_error=message.is_error, run_id=meta.run_id
@@ -81,7 +83,7 @@ def row_to_chat_message(row: asyncpg.Record) -> ChatMessage:
         )
     if isinstance(metadata, AssistantOutputMetadata):
         origin = ChatMetadata(run_id=metadata.run_id, stage=metadata.stage, model=metadata.model)
-        return AssistantMessage(**common, metadata=origin)
+        return AssistantMessage(**common, reasoning_content=metadata.reasoning_content, metadata=origin)
     if isinstance(metadata, ToolResultMetadata):
         return ToolMessage(
             **common,

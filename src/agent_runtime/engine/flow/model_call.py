@@ -50,7 +50,7 @@ class ModelReply(BaseModel):
     reasoning: str | None = Field(
         default=None,
         description="The provider's reasoning_content (thinking mode), '' when it sent the field empty. The stage "
-        "sends it back with this reply's tool calls in its later calls (DeepSeek answers 400 without it).",
+        "sends it back with this reply in its later calls (DeepSeek answers 400 without it).",
     )
 
 

@@ -135,7 +135,7 @@ async def _answer(
             except ValidationError as exc:
                 problem = unusable_answer(content, reply.finish_reason, exc)
             else:
-                return StageAnswer(result=result, transcript=[*conversation, answer_turn(content)])
+                return StageAnswer(result=result, transcript=[*conversation, answer_turn(content, reply.reasoning)])
         if attempt >= spec.max_json_retries:
             raise StageOutputError(
                 f"stage {spec.stage!r}: the model's answer did not match {spec.contract.__name__} "
@@ -143,8 +143,8 @@ async def _answer(
                 extra={"stage": spec.stage, "attempts": attempt + 1},
             )
         attempt += 1
-        # The answer's text only: refused tool calls would need results, and an answer's reasoning is never sent back.
-        repaired = [*repaired, answer_turn(content), repair_turn(problem, spec.contract)]
+        # The answer's text only: refused tool calls would need results.
+        repaired = [*repaired, answer_turn(content, reply.reasoning), repair_turn(problem, spec.contract)]
         reply = await call_model(_call(spec, repaired, offered, attempt=attempt))
 
 

@@ -46,6 +46,7 @@ class TurnInput(BaseModel):
     ai_language: str
     intent: IntentResult | None = None
     intent_answer: str | None = Field(default=None, description="The intent answer as the model wrote it.")
+    intent_reasoning: str | None = Field(default=None, description="The intent answer's reasoning (thinking mode).")
     continuation: list[ChatMessage] = Field(default_factory=list)
 
 
@@ -83,6 +84,7 @@ class TurnSuspended(BaseModel):
     calls: list[ToolCallSpec]
     intent: IntentResult
     intent_answer: str | None = Field(description="The intent answer's bytes, for the resumed turn to send again.")
+    intent_reasoning: str | None = Field(description="Its reasoning (thinking mode), sent again with it.")
 
 
 TurnOutcome = TurnAnswered | TurnSuspended
@@ -118,6 +120,7 @@ async def run_turn(turn: TurnInput, ports: TurnPorts, config: AgentConfig) -> Tu
         ai_language=turn.ai_language,
         intent=turn.intent,
         intent_answer=turn.intent_answer,
+        intent_reasoning=turn.intent_reasoning,
         continuation=[dict(to_wire(message)) for message in turn.continuation],
     )
     deps = FlowDeps(
@@ -138,7 +141,12 @@ async def run_turn(turn: TurnInput, ports: TurnPorts, config: AgentConfig) -> Tu
         if intent is None:
             raise RuntimeError("a turn stopped for tool calls before its intent was decided") from stop
         return TurnSuspended(
-            route=intent.route, stage=stop.stage, calls=stop.calls, intent=intent, intent_answer=final.intent_answer
+            route=intent.route,
+            stage=stop.stage,
+            calls=stop.calls,
+            intent=intent,
+            intent_answer=final.intent_answer,
+            intent_reasoning=final.intent_reasoning,
         )
     final = flow.state
     if final.route is None or final.assistant_text is None:

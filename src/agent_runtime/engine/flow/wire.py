@@ -39,9 +39,13 @@ def tool_turn(call: ToolCallSpec, content: str) -> WireTurn:
     return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}
 
 
-def answer_turn(content: str) -> WireTurn:
-    """An answer without tool calls, as the model wrote it (its reasoning is never sent back)."""
-    return {"role": "assistant", "content": content}
+def answer_turn(content: str, reasoning: str | None) -> WireTurn:
+    """An answer without tool calls, as the model wrote it, with its reasoning (thinking mode): DeepSeek wants the
+    reasoning of every earlier assistant message back in a request with tools."""
+    turn: WireTurn = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        turn["reasoning_content"] = reasoning
+    return turn
 
 
 def refused_tool_calls(calls: Sequence[ToolCallSpec]) -> str:

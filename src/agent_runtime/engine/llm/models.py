@@ -40,8 +40,8 @@ class WireMessage(_Wire):
     )
     reasoning_content: str | None = Field(
         default=None,
-        description="An assistant tool-call message's reasoning: a thinking model (DeepSeek) must get it back in "
-        "every later request of the thread.",
+        description="An assistant message's reasoning: a thinking model (DeepSeek) wants it back in every later "
+        "request of the thread that carries tools.",
     )
 
 
@@ -122,7 +122,7 @@ class LLMResponse(_Wire):
     is_demo: bool = False
     reasoning: str | None = Field(
         default=None,
-        description="The model's reasoning (`reasoning_content`); sent back only with tool calls (WireMessage).",
+        description="The model's reasoning (`reasoning_content`); sent back with the message it gave (WireMessage).",
     )
     fallback_from: str | None = Field(
         default=None, description="The model that was asked first, when `model` answered as its fallback."

@@ -43,7 +43,7 @@ from agent_runtime.engine.flow.templates import (
     OrganizationVariables,
 )
 from agent_runtime.engine.flow.tools import ToolRegistry
-from agent_runtime.engine.flow.wire import WireTurn
+from agent_runtime.engine.flow.wire import WireTurn, answer_turn
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability.runs import stage_observed
 
@@ -86,6 +86,7 @@ class AgentFlowState(FlowState):
     intent: IntentResult | None = None
     # The intent answer as the model wrote it: a resumed turn re-sends these bytes (the provider's cache holds them).
     intent_answer: str | None = None
+    intent_reasoning: str | None = None
     execution: ExecutionResult | None = None
     organization: OrganizationResult | None = None
     route: Route | None = None
@@ -131,7 +132,9 @@ class AgentFlow(Flow[AgentFlowState]):
         if state.intent is not None:
             return state.intent  # a resumed turn: decided by the run that stopped for approvals
         state.intent = await self._stage(self._intent_payload(), IntentResult, self._turn_start(), _INTENT)
-        state.intent_answer = str(self._transcripts["intent"][-1]["content"])
+        answer = self._transcripts["intent"][-1]
+        state.intent_answer = str(answer["content"])
+        state.intent_reasoning = answer.get("reasoning_content")
         return state.intent
 
     @router(intent)
@@ -204,7 +207,7 @@ class AgentFlow(Flow[AgentFlowState]):
         answer = state.intent_answer
         if answer is None:  # a turn suspended before the answer's bytes were kept
             answer = _required(state.intent, "intent").model_dump_json()
-        return [*self._turn_start(), {"role": "assistant", "content": answer}]
+        return [*self._turn_start(), answer_turn(answer, state.intent_reasoning)]
 
     async def _stage(
         self, payload: StagePromptPayload, contract: type[_ContractT], messages: list[WireTurn], answering: _Answering

@@ -180,6 +180,7 @@ class RunRecorder:
                 model=answer.response.model if answer else None,
                 demo=demo,
                 message_id=message_id,
+                reasoning_content=answer.response.reasoning if answer else None,
             ),
         )
         if answer is not None:

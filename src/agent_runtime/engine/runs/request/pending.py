@@ -49,6 +49,7 @@ class PendingTurn(BaseModel):
     intent_answer: str | None = Field(
         default=None, description="The intent answer as the model wrote it (None in turns stored before it was kept)."
     )
+    intent_reasoning: str | None = Field(default=None, description="The intent answer's reasoning (thinking mode).")
     calls: list[PendingCall] = Field(min_length=1)
 
     def of_kind(self, kind: CallKind) -> list[PendingCall]:

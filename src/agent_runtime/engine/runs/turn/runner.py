@@ -212,6 +212,7 @@ class TurnRunner:
             ai_language=agent_ctx.settings.preferences.ai_language,
             intent=pending.intent if pending else None,
             intent_answer=pending.intent_answer if pending else None,
+            intent_reasoning=pending.intent_reasoning if pending else None,
             continuation=turn.continuation if pending else [],
         )
         ports = TurnPorts(call_model=gateway, on_tool_result=gateway.sink, tools=self._tools, user=agent_ctx)
@@ -274,6 +275,7 @@ class TurnRunner:
             user_input=user_input,
             intent=stop.intent,
             intent_answer=stop.intent_answer,
+            intent_reasoning=stop.intent_reasoning,
             approval=self.approval_tools,
             frontend=[t.name for t in job.run_input.frontend_tools],
             tools={name: self._tools.get(name) for name in self._tools.names()},

@@ -39,6 +39,7 @@ def suspension(
     user_input: str,
     intent: IntentResult,
     intent_answer: str | None,
+    intent_reasoning: str | None,
     approval: Collection[str],
     frontend: Collection[str],
     tools: Mapping[str, Tool[Any]],
@@ -47,7 +48,13 @@ def suspension(
         PendingCall(id=c.id, name=c.name, arguments=c.arguments, kind=_kind(c.name, approval, frontend)) for c in calls
     ]
     turn = PendingTurn(
-        id=uuid4().hex, run_id=run_id, user_input=user_input, intent=intent, intent_answer=intent_answer, calls=pending
+        id=uuid4().hex,
+        run_id=run_id,
+        user_input=user_input,
+        intent=intent,
+        intent_answer=intent_answer,
+        intent_reasoning=intent_reasoning,
+        calls=pending,
     )
     interrupts = [
         PendingInterrupt(
