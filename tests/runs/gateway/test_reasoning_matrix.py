@@ -14,11 +14,13 @@ import pytest
 import yaml
 from tests.conftest import User
 from tests.runs.conftest import (
+    SHORT_WINDOW,
     MakeHarness,
     crewai_config,
     execution_done,
     intent_direct,
     intent_needs,
+    long_session,
     organized,
     stage_of,
     types,
@@ -158,3 +160,24 @@ async def test_a_turn_resumed_after_an_approval_sends_the_intent_answer_with_its
         assert resumed.messages[: len(stopped.messages)] == stopped.messages
         intent_answer = stopped.messages[-2]
         assert intent_answer["role"] == "assistant" and intent_answer["reasoning_content"].startswith("Thinking")
+
+
+async def test_a_thinking_summary_repaired_sends_its_rejected_answer_back_with_its_reasoning(
+    make_harness: MakeHarness, make_user: Callable[[], User], tmp_path: Path
+) -> None:
+    config = crewai_config(tmp_path, memory_summary={"thinking": "enabled"})
+    async with make_harness(crewai_config_dir=config, **SHORT_WINDOW) as h:
+        user = make_user()
+        sid = await long_session(h, user)  # its next run cuts the window and summarises what it drops
+        summary = StubReply(content=json.dumps({"summary": "The user asked fifteen questions."}))
+        h.stub.enqueue(StubReply(content="not JSON"), summary, intent_direct("Hello!"))
+        result = await h.run(user, sid, "hi")
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+
+        rejected, repaired = h.stub.requests[0], h.stub.requests[1]
+        assert rejected.body["tools"] and rejected.body["thinking"] == {"type": "enabled"}
+        assert repaired.messages[len(rejected.messages)] == {
+            "role": "assistant",
+            "content": " " * len("not JSON"),  # JSON mode blanks what is not JSON
+            "reasoning_content": f"Thinking (high effort) about: {rejected.messages[-1]['content'][:80]}",
+        }

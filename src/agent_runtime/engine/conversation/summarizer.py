@@ -110,7 +110,7 @@ class ModelSummarizer:
                 repairs += 1
                 conversation = [
                     *conversation,
-                    AssistantMessage(content=response.content),
+                    AssistantMessage(content=response.content, reasoning_content=response.reasoning),
                     UserMessage(content=_repair(exc, response)),
                 ]
                 continue

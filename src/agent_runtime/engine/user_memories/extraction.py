@@ -152,7 +152,7 @@ class MemoryExtractor:
                 problem = unusable_answer(response.content, response.finish_reason, exc)
                 messages = [
                     *messages,
-                    WireMessage(role="assistant", content=response.content),
+                    WireMessage(role="assistant", content=response.content, reasoning_content=response.reasoning),
                     WireMessage(role="user", content=repair_text(problem, MemoryExtraction, where="in the task above")),
                 ]
                 continue
