@@ -61,6 +61,13 @@ class SessionAguiState(BaseModel):
     client_state: dict[str, JsonValue] | None
     stored_ids: set[str] = Field(description="Of the message ids asked about, those the session holds.")
     last_user_id: str | None = Field(default=None, description="The thread's last user message (None: none yet).")
+    last_run_id: UUID | None = Field(default=None, description="The session's latest run (None: it never ran).")
+    last_run_status: str | None = Field(default=None, description="That run's status (`agent_runs.status`).")
+    running: bool = Field(default=False, description="The latest run is running (its lease may have expired).")
+
+    @property
+    def live_run_id(self) -> UUID | None:
+        return self.last_run_id if self.running else None
 
 
 class PendingStore:
@@ -83,4 +90,7 @@ class PendingStore:
             client_state=row["client_state"],
             stored_ids=set(row["stored_ids"]),
             last_user_id=row["last_user_id"],
+            last_run_id=row["run_id"],
+            last_run_status=row["run_status"],
+            running=row["running"],
         )

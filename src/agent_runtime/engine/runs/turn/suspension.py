@@ -56,7 +56,14 @@ def suspension(
         intent_reasoning=intent_reasoning,
         calls=pending,
     )
-    interrupts = [
+    return Suspension(
+        turn=turn, interrupts=approval_interrupts(turn, tools), pending_tool_call_ids=frontend_call_ids(turn)
+    )
+
+
+def approval_interrupts(turn: PendingTurn, tools: Mapping[str, Tool[Any]]) -> list[PendingInterrupt]:
+    """The interrupts of a waiting turn: what its run's RUN_FINISHED carried, and what a hydrate sends again."""
+    return [
         PendingInterrupt(
             id=call.interrupt_id,
             tool_call_id=call.id,
@@ -66,6 +73,7 @@ def suspension(
         )
         for call in turn.of_kind("approval")
     ]
-    return Suspension(
-        turn=turn, interrupts=interrupts, pending_tool_call_ids=[call.id for call in turn.of_kind("frontend")]
-    )
+
+
+def frontend_call_ids(turn: PendingTurn) -> list[str]:
+    return [call.id for call in turn.of_kind("frontend")]
