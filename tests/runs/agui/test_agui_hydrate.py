@@ -228,22 +228,33 @@ async def test_hydrate_during_a_run_joins_it_and_sees_its_remaining_events(
     running = [r for r in await _runs(h, user, thread_id) if r["status"] == "running"]
     assert len(running) == 1
     run_id = running[0]["id"]
-    after_third = asyncio.create_task(hydrate(h, user, agui_input(thread_id, []), **{"Last-Event-ID": f"{run_id}:3"}))
-    earlier_run = asyncio.create_task(hydrate(h, user, agui_input(thread_id, []), **{"Last-Event-ID": f"{uuid4()}:40"}))
+
+    def joining_after(last_event_id: str) -> asyncio.Task[tuple[int, str]]:
+        payload = agui_input(thread_id, [])
+        return asyncio.create_task(hydrate(h, user, payload, **{"Last-Event-ID": last_event_id}))
+
+    after_third, earlier_run, past_the_end = [
+        joining_after(f"{run_id}:3"),
+        joining_after(f"{uuid4()}:40"),  # the client's last id is of an earlier run: it has seen none of this one
+        joining_after(f"{run_id}:999"),
+    ]
     await asyncio.sleep(0.2)  # every follower is waiting on the run
-    assert not any(t.done() for t in [*joins, after_third, earlier_run])
+    assert not any(t.done() for t in [*joins, after_third, earlier_run, past_the_end])
     await hold.release()
 
-    original: RunResult = await run
-    assert types(original.events)[-1] == "RUN_FINISHED", original.body
-    frames = sse_frames(original.body)
-    for join in [*joins, earlier_run]:
-        status, body = await join
+    async with asyncio.timeout(30):
+        original: RunResult = await run
+        assert types(original.events)[-1] == "RUN_FINISHED", original.body
+        frames = sse_frames(original.body)
+        for join in [*joins, earlier_run]:
+            status, body = await join
+            assert status == 200, body
+            assert sse_frames(body) == frames
+        status, body = await after_third
         assert status == 200, body
-        assert sse_frames(body) == frames
-    status, body = await after_third
-    assert status == 200, body
-    assert sse_frames(body) == frames[3:]
+        assert sse_frames(body) == frames[3:]
+        # Past the run's last event: nothing, and the stream ends with the run.
+        assert await past_the_end == (200, "")
     assert len(h.stub.requests) == 1
     assert len(await _runs(h, user, thread_id)) == 1
 
