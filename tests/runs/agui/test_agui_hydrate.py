@@ -24,11 +24,17 @@ from tests.runs.conftest import (
     text_messages,
     types,
 )
+from tests.runs.test_runs_statements import counted_statements
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
 from tests.support.errors import error_body
 
 CALL_ID = "call_bio_1"
 INTERRUPT_ID = f"approve-{CALL_ID}"
+CONFETTI = {
+    "name": "show_confetti",
+    "description": "Celebrate on the user's screen.",
+    "parameters": {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
+}
 
 
 def agui_input(thread_id: str, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -207,6 +213,58 @@ async def test_hydrate_of_a_thread_waiting_for_an_approval_sends_the_interrupt_a
     assert list(text_messages(resumed.events).values()) == ["Your bio is updated."]
     profile = (await h.client.get("/v1/profile", headers=user.headers)).json()
     assert profile["bio"] == "Kayaker"
+
+
+@pytest.mark.parametrize(
+    ("declared", "finished"),
+    [
+        pytest.param({"protocolVersion": "1.0"}, {"outcome": {"type": "success", "pendingToolCallIds": ["call_fe_1"]}}),
+        # A pre-1.0 client (CopilotKit 1.74) got the calls in `result` (agui/mapper.py): so it does again.
+        pytest.param({}, {"result": {"pendingToolCallIds": ["call_fe_1"]}}, id="legacy"),
+    ],
+)
+async def test_hydrate_of_a_thread_waiting_for_a_frontend_tool_names_the_call_again(
+    h: Harness, make_user: Callable[[], User], declared: dict[str, Any], finished: dict[str, Any]
+) -> None:
+    user = make_user()
+    thread_id = await h.new_session(user)
+    h.stub.enqueue(
+        intent_needs("Celebrate."),
+        StubReply(tool_calls=[StubToolCall(id="call_fe_1", name="show_confetti", arguments='{"color": "gold"}')]),
+    )
+    first = await h.agui(
+        user, {**agui_input(thread_id, [user_message("u-1", "celebrate!")], tools=[CONFETTI]), **declared}
+    )
+    suspended = {k: v for k, v in first.events[-1].items() if k not in ("runId", "usage")}
+    assert suspended == {"type": "RUN_FINISHED", "threadId": thread_id, **finished}, first.body
+
+    payload = {**agui_input(thread_id, []), **declared}
+    status, body = await hydrate(h, user, payload)
+
+    assert status == 200, body
+    events = data_frames(body)
+    assert events[-1] == {"type": "RUN_FINISHED", "threadId": thread_id, "runId": payload["runId"], **finished}
+    assert events[2]["snapshot"]["agentRuntime"]["status"] == "completed"
+    assert events[2]["snapshot"]["agentRuntime"]["pendingToolCallIds"] == ["call_fe_1"]
+    assert len(h.stub.requests) == 2
+
+
+async def test_a_hydrate_is_two_reads(
+    h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = make_user()
+    thread_id = await h.new_session(user)
+    h.stub.enqueue(intent_direct("Hi."))
+    assert types((await h.agui(user, agui_input(thread_id, [user_message("u-1", "hello")]))).events)[-1] == (
+        "RUN_FINISHED"
+    )
+    await h.engine.runs.wait_idle()
+
+    with counted_statements(monkeypatch) as statements:
+        status, body = await hydrate(h, user, agui_input(thread_id, []))
+    assert status == 200, body
+    # The thread (pending turn, state, latest run) and the MESSAGES_SNAPSHOT: nothing written.
+    assert statements == ["thread", "snapshot"]
 
 
 async def test_hydrate_during_a_run_joins_it_and_sees_its_remaining_events(

@@ -7,7 +7,7 @@ from __future__ import annotations
 # starts after one), the turn a regeneration answers again. `run_id`: the session's latest run (running or not:
 # a reconnecting client joins it or is told how it ended).
 AGUI_STATE_SQL = """
-SELECT s.pending_turn, s.client_state, s.run_id, s.status = 'running' AS running,
+SELECT pending_turn, client_state, run_id, status = 'running' AS running,
        (SELECT r.status FROM agent_runs r WHERE r.id = s.run_id AND r.user_id = $2) AS run_status,
        ARRAY(SELECT message_id FROM agent_chat_messages
               WHERE session_id = $1 AND user_id = $2 AND message_id = ANY($3::text[])) AS stored_ids,
