@@ -27,8 +27,7 @@ from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.events.state import RUN_STATE_KEY, RunState, RunStatus
 from agent_runtime.engine.runs.events.types import MessagesSnapshot, RunEvent, RunFinished, RunStarted, StateSnapshot
 from agent_runtime.engine.runs.request.models import parse_last_event_id
-from agent_runtime.engine.runs.request.pending import SessionAguiState
-from agent_runtime.engine.runs.turn.suspension import approval_interrupts, frontend_call_ids
+from agent_runtime.engine.runs.request.pending import SessionAguiState, approval_interrupts, frontend_call_ids
 
 LAST_EVENT_ID_LOC: list[str | int] = ["header", "Last-Event-ID"]
 
