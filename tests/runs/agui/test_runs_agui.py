@@ -140,41 +140,6 @@ async def test_another_users_thread_answers_exactly_like_a_missing_one(
     assert (await h.client.get("/v1/sessions", headers=intruder.headers)).json()["total"] == 0
 
 
-@pytest.mark.parametrize(
-    "messages",
-    [
-        # Only the stored messages, up to the last user message: a regeneration (request/test_runs_regenerate.py).
-        pytest.param(
-            [user_message("u-1", "hello agui"), {"id": "a-9", "role": "assistant", "content": "x"}],
-            id="ends-with-assistant",
-        ),
-        pytest.param([], id="no-messages"),
-    ],
-)
-async def test_agui_without_a_new_user_message_is_422(
-    h: Harness, make_user: Callable[[], User], messages: list[dict[str, Any]]
-) -> None:
-    user = make_user()
-    thread_id, _ = await _first_turn(h, user)
-    before = await h.rows(user, thread_id)
-
-    response = await h.client.post("/v1/agui", headers=user.headers, json=run_input(thread_id, messages))
-
-    assert response.status_code == 422
-    error = response.json()["error"]
-    assert (error["code"], error["message"]) == ("validation_error", "no new user message to run on")
-    assert error["details"] == [
-        {
-            "loc": ["body", "messages"],
-            "msg": "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
-            "type": None,
-        }
-    ]
-    assert await h.rows(user, thread_id) == before
-    assert (await h.session(user, thread_id))["status"] == "completed"
-    assert len(h.stub.requests) == 1
-
-
 async def test_agui_thread_id_must_be_a_uuid(h: Harness, make_user: Callable[[], User]) -> None:
     user = make_user()
 
@@ -190,25 +155,9 @@ async def test_agui_thread_id_must_be_a_uuid(h: Harness, make_user: Callable[[],
     assert h.stub.requests == []
 
 
-NO_NEW_USER_MESSAGE = (
-    422,
-    "validation_error",
-    "no new user message to run on",
-    [
-        {
-            "loc": ["body", "messages"],
-            "msg": "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
-            "type": None,
-        }
-    ],
-)
-
-
 @pytest.mark.parametrize(
     ("messages", "expected"),
     [
-        pytest.param([], NO_NEW_USER_MESSAGE, id="no-messages"),
-        pytest.param([{"id": "a-1", "role": "assistant", "content": "hi"}], NO_NEW_USER_MESSAGE, id="no-user-message"),
         pytest.param(
             [{"id": "u-1", "role": "user", "content": "hi", "name": "mallory"}],
             (400, "unrepresentable_message", "an AG-UI user message with a participant name cannot be stored", []),

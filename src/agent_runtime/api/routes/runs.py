@@ -14,6 +14,7 @@ from agent_runtime.api.sse import with_keepalive
 from agent_runtime.engine.conversation.chat_messages import UserMessage
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.runs.agui.capabilities import agent_capabilities
+from agent_runtime.engine.runs.agui.hydrate import Hydration
 from agent_runtime.engine.runs.agui.input import AguiRunInput
 from agent_runtime.engine.runs.events.log import LoggedEvent
 from agent_runtime.engine.runs.job import RunHandle
@@ -57,21 +58,28 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _event_stream(run_id: UUID, events: AsyncIterator[LoggedEvent], keepalive_seconds: float) -> StreamingResponse:
-    async def body() -> AsyncIterator[str]:
-        async for event in events:
-            yield event.sse(run_id)
+def _frames(run_id: UUID | None, events: AsyncIterator[LoggedEvent]) -> AsyncIterator[str]:
+    """SSE frames: `id: <run_id>:<seq>` and data for a run's log; data only for a hydrate made without one."""
 
+    async def frames() -> AsyncIterator[str]:
+        async for event in events:
+            yield event.sse(run_id) if run_id is not None else f"data: {event.data}\n\n"
+
+    return frames()
+
+
+def _event_stream(run_id: str, frames: AsyncIterator[str], keepalive_seconds: float) -> StreamingResponse:
     return StreamingResponse(
-        with_keepalive(body(), keepalive_seconds),
+        with_keepalive(frames, keepalive_seconds),
         media_type="text/event-stream",
         # No proxy buffering or caching: events must reach the browser as they happen.
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": str(run_id)},
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "X-Run-ID": run_id},
     )
 
 
 def _sse(handle: RunHandle, engine: RuntimeEngine) -> StreamingResponse:
-    return _event_stream(handle.run_id, handle.events.stream(), engine.settings.sse_keepalive_seconds)
+    frames = _frames(handle.run_id, handle.events.stream())
+    return _event_stream(str(handle.run_id), frames, engine.settings.sse_keepalive_seconds)
 
 
 @router.post(
@@ -150,7 +158,7 @@ async def run_events(
     else:
         after = parse_last_event_id(run_id, last_event_id_param, where=["query", "last_event_id"])
     events = await engine.runs.follow(ctx, session_id, run_id, after=after)
-    return _event_stream(run_id, events, engine.settings.sse_keepalive_seconds)
+    return _event_stream(str(run_id), _frames(run_id, events), engine.settings.sse_keepalive_seconds)
 
 
 @router.post(
@@ -171,12 +179,29 @@ async def cancel_run(session_id: UUID, run_id: UUID, engine: Engine, ctx: Caller
     response_class=StreamingResponse,
     responses={**_SSE_DOC, **error_responses(400, 401, 402, 404, 408, 409, 413, 422, 429, 503)},
 )
-async def run_agui(body: AguiRunInput, engine: Engine, ctx: Caller) -> StreamingResponse:
+async def run_agui(
+    body: AguiRunInput,
+    engine: Engine,
+    ctx: Caller,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="For a hydrate joining a live run: `<run_id>:<seq>`, join it after this event.",
+        ),
+    ] = None,
+) -> StreamingResponse:
     """The AG-UI endpoint: `threadId` is one of the caller's sessions (create it with `POST /v1/sessions`;
     any other id is a 404, whether it exists or not). The stored thread is the truth: of `messages`, only
     new user messages and results for pending frontend tool calls are taken (anything else is reported in a
-    CUSTOM `input_ignored` event); `resume` answers the interrupts of the previous run."""
-    return _sse(await engine.runs.start_agui(ctx, body), engine)
+    CUSTOM `input_ignored` event); `resume` answers the interrupts of the previous run. An input with nothing
+    new is a hydrate (docs/api.md, "Reconnecting to a thread"): the thread's live run if it has one, else its
+    messages, state and what it waits for; nothing runs."""
+    started = await engine.runs.start_agui(ctx, body, last_event_id=last_event_id)
+    if isinstance(started, Hydration):
+        frames = _frames(started.live_run_id, started.events)
+        return _event_stream(started.run_id, frames, engine.settings.sse_keepalive_seconds)
+    return _sse(started, engine)
 
 
 @router.get(

@@ -29,7 +29,8 @@ from agent_runtime.engine.loop_executor import install as install_loop_executor
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.admission import Admission
-from agent_runtime.engine.runs.agui.input import read_agui_input
+from agent_runtime.engine.runs.agui.hydrate import Hydration, hydrate_run_id, joined_after, made_here, thread_events
+from agent_runtime.engine.runs.agui.input import AguiRequest, is_legacy_client, read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.hub import RunEventHub, run_not_found
@@ -54,6 +55,7 @@ from agent_runtime.engine.runs.request.turn_input import (
     rows_to_store,
 )
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
+from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
 from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.observability import runs as observability
@@ -150,9 +152,12 @@ class RunService:
             thread = await self._pending.load(ctx, session_id) if answers else None
             return await self._start(ctx, session_id, run_input, thread)
 
-    async def start_agui(self, ctx: RequestContext, agui_input: RunAgentInput) -> RunHandle:
+    async def start_agui(
+        self, ctx: RequestContext, agui_input: RunAgentInput, *, last_event_id: str | None = None
+    ) -> RunHandle | Hydration:
         """AG-UI entry: the thread is one of the caller's sessions, a 404 otherwise whether it exists or not
-        (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken."""
+        (new threads come from `POST /v1/sessions`: ids cannot be probed); agui/input.py says what is taken.
+        An input with nothing to run is a hydrate (agui/hydrate.py), which `last_event_id` may place."""
         with self.admission.starting():
             request = await read_agui_input(
                 ctx,
@@ -161,7 +166,24 @@ class RunService:
                 server_tools=self._tools.names(),
                 offer_tools=self._settings.agui_frontend_tools,
             )
+            if request.run_input is None:
+                return await self._hydrate(ctx, request, agui_input, last_event_id)
             return await self._start(ctx, request.session_id, request.run_input, request.thread)
+
+    async def _hydrate(
+        self, ctx: RequestContext, request: AguiRequest, agui_input: RunAgentInput, last_event_id: str | None
+    ) -> Hydration:
+        live = request.thread.live_run_id
+        if live is not None:
+            after = joined_after(live, last_event_id)
+            events = await self.hub.follow(ctx, request.session_id, live, after=after)
+            return Hydration(run_id=str(live), live_run_id=live, events=events)
+        run_id = hydrate_run_id(agui_input.run_id)
+        messages = await visible_thread(self._messages, ctx, request.session_id)
+        made = thread_events(request.thread, messages, self.tool_map)
+        legacy = is_legacy_client(agui_input.protocol_version)
+        events = made_here(made, thread_id=str(request.session_id), run_id=run_id, legacy=legacy)
+        return Hydration(run_id=run_id, live_run_id=None, events=events)
 
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None

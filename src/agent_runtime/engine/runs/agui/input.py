@@ -10,7 +10,12 @@
 - a regeneration (AG-UI has no field for it: clients drop the reply and send the thread up to the user message
   it answered): an input with no new user message, tool result or resume entry whose last message is the
   thread's last stored user message, or any input with `forwardedProps.regenerate: true` and nothing new
-  (request/regenerate.py; with something new, that flag is a 422).
+  (request/regenerate.py; with something new, that flag is a 422);
+- a hydrate (a client reconnecting to a thread: docs/api.md, "Reconnecting to a thread"): an input with nothing
+  new that is not a regeneration (its messages are empty, or end with anything but the thread's last stored
+  user message), or one whose thread has a live run (a regeneration of the turn being answered cannot run), or
+  `forwardedProps.hydrate: true` with nothing new (with something new, or with `regenerate`, a 422). It runs
+  nothing: the stream says what the thread is (`agui/hydrate.py`).
 """
 
 from __future__ import annotations
@@ -194,7 +199,8 @@ def run_input_from_agui(
     last_user_id: str | None = None,
 ) -> RunInput:
     """What the run takes from the input, given the thread's stored message ids, pending turn and last user
-    message; `offer_tools`: AGUI_FRONTEND_TOOLS (off: the client's tools are not offered to the model)."""
+    message, for an input that is not a hydrate (`is_hydrate`); `offer_tools`: AGUI_FRONTEND_TOOLS (off: the
+    client's tools are not offered to the model)."""
     waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
     new: list[UserMessage] = []
     results: list[ToolMessage] = []
@@ -214,12 +220,7 @@ def run_input_from_agui(
         raise _invalid("too many new messages", ["body", "messages"], f"at most {MAX_NEW_MESSAGES} new user messages")
     resume = _resume(agui_input.resume)
     regenerate = _regenerate(agui_input, nothing_new=not (new or results or resume), last_user_id=last_user_id)
-    if not new and not results and not resume and not regenerate:
-        raise _invalid(
-            "no new user message to run on",
-            ["body", "messages"],
-            "must contain a user message not stored yet (or results for pending tool calls, or resume entries)",
-        )
+    assert new or results or resume or regenerate, "an input with nothing to run is a hydrate (is_hydrate)"
     context = [ContextItem(description=c.description[:200], value=c.value[:2_000]) for c in agui_input.context or []]
     try:
         client_run_id: UUID | None = UUID(agui_input.run_id)
@@ -239,9 +240,43 @@ def run_input_from_agui(
     )
 
 
+def _has_new_input(agui_input: agui.RunAgentInput, stored_ids: Set[str], pending: PendingTurn | None) -> bool:
+    waiting = {call.id for call in pending.of_kind("frontend")} if pending is not None else set()
+    for message in agui_input.messages:
+        if message.id in stored_ids:
+            continue
+        if isinstance(message, agui.UserMessage):
+            return True
+        if isinstance(message, agui.ToolMessage) and message.tool_call_id in waiting:
+            return True
+    return bool(agui_input.resume)
+
+
+def is_hydrate(agui_input: agui.RunAgentInput, thread: SessionAguiState) -> bool:
+    """Whether the input asks for the thread as it is rather than a run (the module's docstring says when)."""
+    props = agui_input.forwarded_props if isinstance(agui_input.forwarded_props, dict) else {}
+    asked, regenerate = props.get("hydrate") is True, props.get("regenerate") is True
+    new = _has_new_input(agui_input, thread.stored_ids, thread.pending)
+    if asked and (new or regenerate):
+        raise _invalid(
+            "a hydrate takes no new input",
+            ["body", "forwardedProps", "hydrate"],
+            "not allowed with new user messages, tool results, resume entries or `regenerate`",
+        )
+    if asked:
+        return True
+    if new or regenerate:
+        return False
+    if thread.running:
+        return True
+    last = agui_input.messages[-1] if agui_input.messages else None
+    return not (isinstance(last, agui.UserMessage) and last.id == thread.last_user_id)
+
+
 class AguiRequest(BaseModel):
     session_id: UUID
-    run_input: RunInput
+    # None: a hydrate (`is_hydrate`), nothing to run.
+    run_input: RunInput | None
     thread: SessionAguiState
 
 
@@ -258,6 +293,8 @@ async def read_agui_input(
     check_agui_input(agui_input)
     session_id = thread_session_id(agui_input)
     thread = await pending.load(ctx, session_id, [m.id for m in agui_input.messages])
+    if is_hydrate(agui_input, thread):
+        return AguiRequest(session_id=session_id, run_input=None, thread=thread)
     run_input = run_input_from_agui(
         agui_input,
         stored_ids=thread.stored_ids,

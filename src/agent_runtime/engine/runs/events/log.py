@@ -95,6 +95,8 @@ class RunEventLog:
                 yield event
                 if event.terminal:
                     return
+            if self.finished:
+                return  # `after` was past the end: nothing more will come
             await self._changed.wait()
 
     def go_live(self) -> None:

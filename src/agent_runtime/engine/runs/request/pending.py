@@ -8,8 +8,8 @@ go on (its request text and the intent stage's result). Any process can serve th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 from uuid import UUID
 
 import asyncpg
@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import session_not_found
 from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.engine.runs.events.types import PendingInterrupt
 from agent_runtime.engine.runs.request.repository import AGUI_STATE_SQL
 from agent_runtime.engine.sessions.models import approval_interrupt_id
 
@@ -56,11 +58,36 @@ class PendingTurn(BaseModel):
         return [call for call in self.calls if call.kind == kind]
 
 
+def approval_interrupts(turn: PendingTurn, tools: Mapping[str, Tool[Any]]) -> list[PendingInterrupt]:
+    """The interrupts of a waiting turn: what its run's RUN_FINISHED carried, and what a hydrate sends again."""
+    return [
+        PendingInterrupt(
+            id=call.interrupt_id,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            arguments=call.arguments,
+            arguments_schema=tools[call.name].args_model.model_json_schema(),
+        )
+        for call in turn.of_kind("approval")
+    ]
+
+
+def frontend_call_ids(turn: PendingTurn) -> list[str]:
+    return [call.id for call in turn.of_kind("frontend")]
+
+
 class SessionAguiState(BaseModel):
     pending: PendingTurn | None
     client_state: dict[str, JsonValue] | None
     stored_ids: set[str] = Field(description="Of the message ids asked about, those the session holds.")
     last_user_id: str | None = Field(default=None, description="The thread's last user message (None: none yet).")
+    last_run_id: UUID | None = Field(default=None, description="The session's latest run (None: it never ran).")
+    last_run_status: str | None = Field(default=None, description="That run's status (`agent_runs.status`).")
+    running: bool = Field(default=False, description="The latest run is running (its lease may have expired).")
+
+    @property
+    def live_run_id(self) -> UUID | None:
+        return self.last_run_id if self.running else None
 
 
 class PendingStore:
@@ -83,4 +110,7 @@ class PendingStore:
             client_state=row["client_state"],
             stored_ids=set(row["stored_ids"]),
             last_user_id=row["last_user_id"],
+            last_run_id=row["run_id"],
+            last_run_status=row["run_status"],
+            running=row["running"],
         )

@@ -17,7 +17,13 @@ from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.runs.events.types import PendingInterrupt
-from agent_runtime.engine.runs.request.pending import CallKind, PendingCall, PendingTurn
+from agent_runtime.engine.runs.request.pending import (
+    CallKind,
+    PendingCall,
+    PendingTurn,
+    approval_interrupts,
+    frontend_call_ids,
+)
 
 
 class Suspension(BaseModel):
@@ -56,16 +62,6 @@ def suspension(
         intent_reasoning=intent_reasoning,
         calls=pending,
     )
-    interrupts = [
-        PendingInterrupt(
-            id=call.interrupt_id,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            arguments=call.arguments,
-            arguments_schema=tools[call.name].args_model.model_json_schema(),
-        )
-        for call in turn.of_kind("approval")
-    ]
     return Suspension(
-        turn=turn, interrupts=interrupts, pending_tool_call_ids=[call.id for call in turn.of_kind("frontend")]
+        turn=turn, interrupts=approval_interrupts(turn, tools), pending_tool_call_ids=frontend_call_ids(turn)
     )
