@@ -176,8 +176,7 @@ async def test_a_thinking_summary_repaired_sends_its_rejected_answer_back_with_i
 
         rejected, repaired = h.stub.requests[0], h.stub.requests[1]
         assert rejected.body["tools"] and rejected.body["thinking"] == {"type": "enabled"}
-        assert repaired.messages[len(rejected.messages)] == {
-            "role": "assistant",
-            "content": " " * len("not JSON"),  # JSON mode blanks what is not JSON
-            "reasoning_content": f"Thinking (high effort) about: {rejected.messages[-1]['content'][:80]}",
-        }
+        thought = f"Thinking (high effort) about: {rejected.messages[-1]['content'][:80]}"
+        blanked = " " * len("not JSON")  # JSON mode blanks what is not JSON
+        rejected_answer = {"role": "assistant", "content": blanked, "reasoning_content": thought}
+        assert repaired.messages[len(rejected.messages)] == rejected_answer
