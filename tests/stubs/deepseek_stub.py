@@ -107,6 +107,12 @@ def cut_tokens(text: str, tokens: int) -> str:
     return text
 
 
+def prompt_tokens(recorded: RecordedRequest) -> int:
+    """What the stub bills as a request's prompt (its own rough count, not DeepSeek's tokenizer)."""
+    messages = recorded.messages
+    return count_tokens(recorded.prompt_text) + 4 * len(messages) + IMAGE_TOKENS * len(image_urls(messages))
+
+
 def served_model(model: str) -> str:
     return SERVED_BY.get(model, model)
 
@@ -233,6 +239,9 @@ class RecordedRequest(BaseModel):
     headers: dict[str, str]
     body: Any = Field(description="Parsed JSON body, or None when it was not valid JSON.")
     raw: bytes = Field(default=b"", repr=False, description="The body as it arrived, byte for byte.")
+    billed: UsagePayload | None = Field(
+        default=None, description="The usage of the answer the stub sent (None: not answered, or a fault)."
+    )
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -682,6 +691,7 @@ class DeepSeekStub:
         answer = self._answer(item, recorded)
         self._produced[recorded.end_user].add(answer)
         usage = self._usage(item, answer, recorded)
+        recorded.billed = usage
         if not stream:
             return web.json_response(self._completion(body["model"], answer, usage).wire())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -802,8 +812,7 @@ class DeepSeekStub:
             return UsagePayload.of(
                 given.prompt_tokens, given.completion_tokens, given.cache_hit_tokens, given.reasoning_tokens
             )
-        prompt = count_tokens(recorded.prompt_text) + 4 * len(recorded.messages)
-        prompt += IMAGE_TOKENS * len(image_urls(recorded.messages))
+        prompt = prompt_tokens(recorded)
         hit = min(self.cache_hit_tokens, prompt)
         return UsagePayload.of(prompt, answer.completion_tokens, hit, answer.reasoning_tokens)
 
