@@ -99,12 +99,13 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
 ) -> None:
     async with make_harness() as probe:
         chunk = chunk_of(probe)
-    # Room for the first hold and not a grain more: the first call that the hold does not cover is refused.
+    # Room for the first hold and not a grain more: the first call that the budget has no room for, even with its
+    # output bounded, is refused.
     async with make_harness(user_daily_budget_cny=chunk) as h:
         user = make_user()
         sid = await h.new_session(user)
-        # Every answer breaks the intent contract: each repair is another call, with a longer prompt.
-        h.stub.responder = lambda request: StubReply(content="not json", usage=usage(1000, 200))
+        # Every answer breaks the intent contract: each repair is another call, each billed about half the budget.
+        h.stub.responder = lambda request: StubReply(content="not json", usage=usage(30_000, 200))
         result = await h.run(user, sid, "go")
 
         assert types(result.events)[-1] == "RUN_ERROR", result.body
@@ -113,7 +114,7 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
         sent = len(h.stub.requests)
         assert 1 <= sent < 1 + h.engine.settings.stage_max_json_retries  # stopped before a repair went out
         budget = await daily_budget(h, user)
-        assert (budget["spent"], budget["reserved"]) == (money(sent * cny_cost(1000, 200)), money(Decimal(0)))
+        assert (budget["spent"], budget["reserved"]) == (money(sent * cny_cost(30_000, 200)), money(Decimal(0)))
         assert Decimal(budget["spent"]) <= chunk
         session = (await h.client.get(f"/v1/sessions/{sid}", headers=user.headers)).json()
         assert session["status"] == "failed"
