@@ -105,12 +105,15 @@ WITH recent AS (
      WHERE user_id = $2 AND status = 'completed' ORDER BY created_at DESC LIMIT 10
 ), reserve AS (
     -- What the run holds (engine/runs/ledger/reservation.py): twice what the user's last completed runs cost on
-    -- average, between $22 and $20; $20 with no completed run. Their rows were all written after they started.
-    SELECT least($20::numeric, greatest($22::numeric, coalesce(2 * (
-               SELECT coalesce(sum(m.cost), 0) / nullif((SELECT count(*) FROM recent), 0)
-                 FROM agent_chat_messages m JOIN recent r ON m.session_id = r.session_id
-                                                         AND m.metadata ->> 'run_id' = r.id::text
-                WHERE m.user_id = $2 AND m.created_at >= (SELECT min(created_at) FROM recent)
+    -- average, or the dearest of them when it cost more, between $22 and $20; $20 with no completed run.
+    -- Their rows were all written after they started.
+    SELECT least($20::numeric, greatest($22::numeric, coalesce((
+               SELECT greatest(2 * sum(c.cost) / count(*), max(c.cost)) FROM (
+                   SELECT coalesce(sum(m.cost), 0) AS cost
+                     FROM recent r LEFT JOIN agent_chat_messages m
+                       ON m.user_id = $2 AND m.session_id = r.session_id AND m.metadata ->> 'run_id' = r.id::text
+                      AND m.created_at >= (SELECT min(created_at) FROM recent)
+                    GROUP BY r.id) c
            ), $20))) AS cny
 ), started AS (
     UPDATE agent_chat_sessions

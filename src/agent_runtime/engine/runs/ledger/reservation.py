@@ -7,7 +7,7 @@ cache-miss price plus its `max_tokens` of output, at the dearest price of its mo
 dearer of the prices in force now and at the run's deadline (a run may cross into peak hours).
 
 Admission reserves what the run is expected to need, in the statement that admits it (START_SQL): twice the
-mean cost of the user's last 10 completed runs, at least `floor` (one call's least useful output) and at most one
+mean cost of the user's last 10 completed runs (or the dearest of them, when it cost more), at least `floor` (one call's least useful output) and at most one
 `chunk` (a call with a whole memory window, MEMORY_MAX_TOKENS, at the dearest task's price and largest
 `max_tokens`), which is also what a user with no completed run reserves. So the budget refuses a run once less than
 two typical runs' cost is left, not once less than a chunk is. Before each call, the run needs what its calls
