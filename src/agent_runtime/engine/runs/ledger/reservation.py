@@ -1,22 +1,22 @@
 """Budgets as reservations (migrations/0009): a run holds, against the user's daily and monthly budgets, at least
-the worst-case cost of every model call it has made or is about to make, so that concurrent runs (on any number
-of replicas) cannot together spend past a budget.
+what the model calls it made cost (as billed; a call in flight, or cut, at its worst case) plus the worst case of
+the call it is about to make, so that concurrent runs (on any number of replicas) cannot together spend past a
+budget.
 
 A call's worst case is its input (the request's messages and tools, counted with the offline tokenizer) at the
 cache-miss price plus its `max_tokens` of output, at the dearest price of its model's fallback chain, at the
 dearer of the prices in force now and at the run's deadline (a run may cross into peak hours).
 
 Admission reserves what the run is expected to need, in the statement that admits it (START_SQL): twice the
-mean cost of the user's last 10 completed runs (or the dearest of them, when it cost more), at least `floor` (one call's least useful output) and at most one
-`chunk` (a call with a whole memory window, MEMORY_MAX_TOKENS, at the dearest task's price and largest
-`max_tokens`), which is also what a user with no completed run reserves. So the budget refuses a run once less than
-two typical runs' cost is left, not once less than a chunk is. Before each call, the run needs what its calls
-that came back cost plus the worst cases of those in flight and of this one; the hold grows by exactly what it
-misses, in one statement that the same trigger checks. When the budget has less room than that, the hold takes
-the room and the call's `max_tokens` is bounded to fit in it, if at least `_LEAST_OUTPUT` tokens (or the call's
-own `max_tokens`, when smaller) still fit; else the run ends with `budget_exceeded` before the call is sent. The
-hold never shrinks while the run runs (a shrink would let another run take room this one was promised); it is
-settled when the run ends.
+mean cost of the user's last 10 completed runs, or the dearest of them when it cost more; at least `floor` (one
+call's least useful output) and at most one `chunk` (a call with a whole memory window, MEMORY_MAX_TOKENS, at
+the dearest task's price and largest `max_tokens`), which is also what a user with no completed run reserves.
+So the budget refuses a run once less than about two typical runs' cost is left, not once less than a chunk is.
+Before each call, the hold grows by exactly what it misses, in one statement that the same trigger checks. When
+the budget has less room than that, the hold takes the room and the call's `max_tokens` is bounded to fit in
+it, if at least `_LEAST_OUTPUT` tokens (or the call's own `max_tokens`, when smaller) still fit; else the run
+ends with `budget_exceeded` before the call is sent. The hold never shrinks while the run runs (another run
+could take the room back); it is settled when the run ends.
 
 Why not the whole run's worst case up front: with the default tasks (18 calls with repairs, inputs growing to
 60,000 tokens) it is 6.6 CNY at peak, more than the default daily budget, so every run would be refused.
