@@ -106,15 +106,15 @@ WITH recent AS (
 ), reserve AS (
     -- What the run holds (engine/runs/ledger/reservation.py): twice what the user's last completed runs cost on
     -- average, or the dearest of them when it cost more, between $22 and $20; $20 with no completed run.
-    -- Their rows were all written after they started.
-    SELECT least($20::numeric, greatest($22::numeric, coalesce((
+    -- Their rows were all written after they started. Nothing is read when the run holds nothing (no budget).
+    SELECT CASE WHEN $20::numeric = 0 THEN 0 ELSE least($20, greatest($22::numeric, coalesce((
                SELECT greatest(2 * sum(c.cost) / count(*), max(c.cost)) FROM (
                    SELECT coalesce(sum(m.cost), 0) AS cost
                      FROM recent r LEFT JOIN agent_chat_messages m
                        ON m.user_id = $2 AND m.session_id = r.session_id AND m.metadata ->> 'run_id' = r.id::text
                       AND m.created_at >= (SELECT min(created_at) FROM recent)
                     GROUP BY r.id) c
-           ), $20))) AS cny
+           ), $20))) END AS cny
 ), started AS (
     UPDATE agent_chat_sessions
        SET status = 'running', run_id = $3::uuid, run_started_at = now(), error_id = NULL, updated_at = now(),
