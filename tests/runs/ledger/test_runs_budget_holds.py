@@ -208,6 +208,18 @@ async def test_a_user_with_completed_runs_is_admitted_holding_twice_their_mean_r
         assert f"left ({money(spent).rstrip('0')} spent, 0 held by runs in progress)" in message, message
         assert message.endswith(f"and a run may cost up to {dear.normalize():f}; it resets at {next_midnight()}")
 
+        # Another user's history is not theirs: with none, they hold the chunk (their call fits in it, no growth).
+        other = make_user()
+        other_sid = await h.new_session(other)
+        hold = h.stub.hold_replies()
+        h.stub.enqueue(intent_direct("ok", usage=usage(1000, 200)))
+        running = asyncio.create_task(h.run(other, other_sid, "go"))
+        async with asyncio.timeout(30):
+            await h.stub.wait_for_requests(len(h.stub.requests) + 1)
+        assert (await daily_budget(h, other))["reserved"] == money(chunk)
+        await hold.release()
+        assert types((await running).events)[-1] == "RUN_FINISHED"
+
 
 async def test_a_run_whose_process_died_is_charged_its_hold_until_its_process_stores_what_it_spent(
     h: Harness, make_user: Callable[[], User]
