@@ -152,7 +152,7 @@ async def test_a_hold_grows_by_what_the_next_call_misses_so_a_run_near_the_edge_
         result = await h.run(user, sid, "what is 6*7?")
 
         assert types(result.events)[-1] == "RUN_FINISHED", result.body
-        asked = [r.fields.get("max_tokens", r.fields.get("max_completion_tokens")) for r in h.stub.requests]
+        asked = [int(r.fields["max_tokens"]) for r in h.stub.requests]
         assert asked[:2] == [2048, 1024]
         assert 256 <= asked[2] < 2048, asked
         spent = await daily_budget(h, user)
@@ -178,7 +178,7 @@ async def test_a_run_needs_what_its_calls_cost_not_their_worst_cases_so_several_
         result = await h.run(user, sid, "what is 6*7?")
 
         assert types(result.events)[-1] == "RUN_FINISHED", result.body
-        asked = [r.fields.get("max_tokens", r.fields.get("max_completion_tokens")) for r in h.stub.requests]
+        asked = [int(r.fields["max_tokens"]) for r in h.stub.requests]
         assert asked == [2048, 1024, 2048]  # none bounded: the hold had room for each beside what the others cost
         spent = await daily_budget(h, user)
         assert (spent["spent"], spent["reserved"]) == (money(3 * cny_cost(1000, 200)), money(Decimal(0)))
