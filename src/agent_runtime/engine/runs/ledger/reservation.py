@@ -46,6 +46,7 @@ _PER_MILLION = Decimal(1_000_000)
 # The fewest output tokens a call bounded by the budget's headroom is still sent with: about a short reply or a
 # tool call. A call that cannot get that many is refused instead (the run ends `budget_exceeded`).
 _LEAST_OUTPUT = 256
+_GROW_ATTEMPTS = 3
 
 
 class RunReservation:
@@ -167,11 +168,15 @@ class RunHold:
             self.spent += cost
 
     async def _grow(self, missing: Decimal, at_least: Decimal) -> Decimal:
-        try:
-            return await self._store.grow_hold(self._ctx, self._session_id, self._run_id, missing, at_least=at_least)
-        except BudgetExceededError:
-            if at_least >= missing:
-                raise
-        # The room was read before another run of the user's took part of it (the trigger, which waits for the
-        # user's gate, refused): once more, against the room as it is now.
-        return await self._store.grow_hold(self._ctx, self._session_id, self._run_id, missing, at_least=at_least)
+        # The room is read before the trigger takes the user's gate, and the trigger decides: under concurrent runs of
+        # the user's, another run can take it meanwhile. Then again, against the room as it is now; and a call
+        # that fits in the hold as it is with fewer output tokens (`at_least` 0) goes out with them.
+        for attempt in range(_GROW_ATTEMPTS):
+            try:
+                return await self._store.grow_hold(
+                    self._ctx, self._session_id, self._run_id, missing, at_least=at_least
+                )
+            except BudgetExceededError:
+                if at_least >= missing or (at_least > 0 and attempt == _GROW_ATTEMPTS - 1):
+                    raise
+        return self.held
