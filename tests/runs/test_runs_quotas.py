@@ -136,12 +136,14 @@ async def test_the_monthly_budget_is_checked_too(
         daily = (await capped.client.get("/v1/usage", headers=user.headers)).json()["budgets"][0]
         assert (daily["limit"], daily["remaining"]) == (None, None)  # 0 = no daily limit
 
-        # The month turns: what was spent is last month's, and this month's budget is whole again.
-        await capped.engine.pool.execute(
-            "UPDATE agent_chat_messages SET created_at = date_trunc('month', now(), 'UTC') - interval '1 day'"
-            " WHERE user_id = $1",
-            user.id,
-        )
+        # The month turns: what was spent is last month's, and this month's budget is whole again (the run, last
+        # month's too, still sizes what the next one holds: a whole chunk).
+        for table in ("agent_chat_messages", "agent_runs"):
+            await capped.engine.pool.execute(
+                f"UPDATE {table} SET created_at = date_trunc('month', now(), 'UTC') - interval '1 day'"
+                " WHERE user_id = $1",
+                user.id,
+            )
         capped.stub.enqueue(intent_direct("a new month"))
         assert types((await capped.run(user, sid, "again")).events)[-1] == "RUN_FINISHED"
 

@@ -65,7 +65,7 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
 
 
-async def test_a_full_run_with_a_tool_call_is_eight_statements_and_a_direct_one_five(
+async def test_a_full_run_with_a_tool_call_is_nine_statements_and_a_direct_one_six(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()
@@ -85,17 +85,19 @@ async def test_a_full_run_with_a_tool_call_is_eight_statements_and_a_direct_one_
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     # start (session, lease, run row, input row, profile, the pending turn it takes); the thread for the
     # MESSAGES_SNAPSHOT; the memory window; the tool call's row; the tool result's row (written before the
-    # next model call); the budget hold's growth (the first hold covers the first calls: engine/runs/ledger/
-    # reservation.py); the end (rows, status, run row, totals, what the session waits for); the event log,
-    # written once, with its terminal event (nobody followed the run from another replica).
-    assert full == ["start", "snapshot", "window", "append", "append", "hold", "finish", "events"]
+    # next model call); the budget hold's growth before the first call and before the organization's (a user
+    # with a completed run is admitted holding twice what it cost, less than a call's worst case, and the hold
+    # grows by exactly what the next call misses: engine/runs/ledger/reservation.py); the end (rows, status,
+    # run row, totals, what the session waits for); the event log, written once, with its terminal event
+    # (nobody followed the run from another replica).
+    assert full == ["start", "snapshot", "window", "hold", "append", "append", "hold", "finish", "events"]
 
     h.stub.enqueue(intent_direct("hi"))
     with counted_statements(monkeypatch) as direct:
         result = await h.run(user, sid, "hello")
         await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
-    assert direct == ["start", "snapshot", "window", "finish", "events"]
+    assert direct == ["start", "snapshot", "window", "hold", "finish", "events"]
 
     # Over AG-UI, one read first: the thread's pending turn, state, and which of the client's ids it stores.
     h.stub.enqueue(intent_direct("hi again"))
@@ -103,7 +105,7 @@ async def test_a_full_run_with_a_tool_call_is_eight_statements_and_a_direct_one_
     with counted_statements(monkeypatch) as agui:
         result = await h.agui(user, body)
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
-    assert agui == ["thread", "start", "snapshot", "window", "finish", "events"]
+    assert agui == ["thread", "start", "snapshot", "window", "hold", "finish", "events"]
 
 
 async def test_resuming_a_finished_run_is_one_statement_whether_it_replays_all_or_nothing(

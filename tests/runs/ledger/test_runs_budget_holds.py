@@ -15,7 +15,19 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from tests.conftest import User
-from tests.runs.conftest import PEAK_TIME, Harness, MakeHarness, cny_cost, intent_direct, money, types, usage
+from tests.runs.conftest import (
+    PEAK_TIME,
+    Harness,
+    MakeHarness,
+    cny_cost,
+    execution_done,
+    intent_direct,
+    intent_needs,
+    money,
+    organized,
+    types,
+    usage,
+)
 from tests.stubs.deepseek_stub import StubReply
 
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
@@ -99,12 +111,13 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
 ) -> None:
     async with make_harness() as probe:
         chunk = chunk_of(probe)
-    # Room for the first hold and not a grain more: the first call that the hold does not cover is refused.
+    # Room for the first hold and not a grain more: the first call that the budget has no room for, even with its
+    # output bounded, is refused.
     async with make_harness(user_daily_budget_cny=chunk) as h:
         user = make_user()
         sid = await h.new_session(user)
-        # Every answer breaks the intent contract: each repair is another call, with a longer prompt.
-        h.stub.responder = lambda request: StubReply(content="not json", usage=usage(1000, 200))
+        # Every answer breaks the intent contract: each repair is another call, each billed about half the budget.
+        h.stub.responder = lambda request: StubReply(content="not json", usage=usage(30_000, 200))
         result = await h.run(user, sid, "go")
 
         assert types(result.events)[-1] == "RUN_ERROR", result.body
@@ -113,10 +126,99 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
         sent = len(h.stub.requests)
         assert 1 <= sent < 1 + h.engine.settings.stage_max_json_retries  # stopped before a repair went out
         budget = await daily_budget(h, user)
-        assert (budget["spent"], budget["reserved"]) == (money(sent * cny_cost(1000, 200)), money(Decimal(0)))
+        assert (budget["spent"], budget["reserved"]) == (money(sent * cny_cost(30_000, 200)), money(Decimal(0)))
         assert Decimal(budget["spent"]) <= chunk
         session = (await h.client.get(f"/v1/sessions/{sid}", headers=user.headers)).json()
         assert session["status"] == "failed"
+
+
+async def test_a_hold_grows_by_what_the_next_call_misses_so_a_run_near_the_edge_finishes(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness() as probe:
+        chunk = chunk_of(probe)
+    budget = chunk * Decimal("1.5")
+    async with make_harness(user_daily_budget_cny=budget) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        # Three calls each billed about half a chunk: the organization's worst case does not fit beside what the
+        # first two cost, in the hold or in the budget's room, but the call with fewer output tokens does.
+        billed = usage(30_000, 200)
+        h.stub.enqueue(
+            intent_needs("Compute 6*7.", usage=billed),
+            execution_done("42", {"result": "42"}, usage=billed),
+            organized("It is 42.", usage=billed),
+        )
+        result = await h.run(user, sid, "what is 6*7?")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        asked = [int(r.fields["max_tokens"]) for r in h.stub.requests]
+        assert asked[:2] == [2048, 1024]
+        assert 256 <= asked[2] < 2048, asked
+        spent = await daily_budget(h, user)
+        assert (spent["spent"], spent["reserved"]) == (money(3 * cny_cost(30_000, 200)), money(Decimal(0)))
+        assert Decimal(spent["spent"]) <= budget
+
+
+async def test_a_run_needs_what_its_calls_cost_not_their_worst_cases_so_several_calls_fit_one_hold(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness() as probe:
+        chunk = chunk_of(probe)
+    # The three calls' worst cases together are more than the chunk the run holds, and the budget has no more.
+    async with make_harness(user_daily_budget_cny=chunk) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        billed = usage(1000, 200)
+        h.stub.enqueue(
+            intent_needs("Compute 6*7.", usage=billed),
+            execution_done("42", {"result": "42"}, usage=billed),
+            organized("It is 42.", usage=billed),
+        )
+        result = await h.run(user, sid, "what is 6*7?")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        asked = [int(r.fields["max_tokens"]) for r in h.stub.requests]
+        assert asked == [2048, 1024, 2048]  # none bounded: the hold had room for each beside what the others cost
+        spent = await daily_budget(h, user)
+        assert (spent["spent"], spent["reserved"]) == (money(3 * cny_cost(1000, 200)), money(Decimal(0)))
+
+
+async def test_a_user_with_completed_runs_is_admitted_holding_twice_their_mean_run_or_their_dearest(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness() as probe:
+        chunk = chunk_of(probe)
+    cheap, dear = cny_cost(1000, 200), cny_cost(30_000, 200)
+    # Room for the first run's chunk (no history yet), and then for the history below.
+    budget = chunk + Decimal("0.001")
+    async with make_harness(user_daily_budget_cny=budget) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        for billed in (usage(1000, 200), usage(1000, 200), usage(30_000, 200)):
+            h.stub.enqueue(intent_direct("ok", usage=billed))
+            assert types((await h.run(user, sid, "go")).events)[-1] == "RUN_FINISHED"
+        spent = 2 * cheap + dear
+        # Twice the mean (2 * (2 * cheap + dear) / 3) is less than the dearest run: the run would hold that.
+        assert 2 * spent / 3 < dear <= chunk
+        refused = await h.run(user, sid, "one more")
+
+        assert refused.status == 402, refused.body
+        message = json.loads(refused.body)["error"]["message"]
+        assert f"left ({money(spent).rstrip('0')} spent, 0 held by runs in progress)" in message, message
+        assert message.endswith(f"and a run may cost up to {dear.normalize():f}; it resets at {next_midnight()}")
+
+        # Another user's history is not theirs: with none, they hold the chunk (their call fits in it, no growth).
+        other = make_user()
+        other_sid = await h.new_session(other)
+        hold = h.stub.hold_replies()
+        h.stub.enqueue(intent_direct("ok", usage=usage(1000, 200)))
+        running = asyncio.create_task(h.run(other, other_sid, "go"))
+        async with asyncio.timeout(30):
+            await h.stub.wait_for_requests(len(h.stub.requests) + 1)
+        assert (await daily_budget(h, other))["reserved"] == money(chunk)
+        await hold.release()
+        assert types((await running).events)[-1] == "RUN_FINISHED"
 
 
 async def test_a_run_whose_process_died_is_charged_its_hold_until_its_process_stores_what_it_spent(

@@ -50,7 +50,7 @@ class SummaryOutputError(ValueError):
 class SummaryCall(BaseModel):
     """How the summary's model call is made within a run."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)  # the hold is a protocol
 
     options: CallOptions
     tools: Sequence[ToolSchema] = Field(default=(), description="The run's tools (offered with tool_choice none).")
@@ -95,8 +95,10 @@ class ModelSummarizer:
         while True:
             call = self._request(conversation)
             if self._call.before_send is not None:
-                await self._call.before_send(call)
+                call = await self._call.before_send(call)
             response = await self._llm.complete(call, on_unfinished=self._unfinished)
+            if self._call.before_send is not None:
+                self._call.before_send.ended(call, response.cost.cost)
             try:
                 summary = ConversationSummary.model_validate_json(strip_code_fence(response.content)).summary.strip()
             except ValidationError as exc:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -94,8 +94,15 @@ class LLMRequest(_Wire):
     )
 
 
-# Awaited before a request is sent (a run's budget hold: engine/runs/ledger/reservation.py); it refuses by raising.
-BeforeSend = Callable[[LLMRequest], Awaitable[None]]
+@runtime_checkable
+class BeforeSend(Protocol):
+    """A run's budget hold (engine/runs/ledger/reservation.py): awaited before a request is sent, it returns the
+    request to send (its `max_tokens` bounded when the budget has room for no more) or refuses by raising; told
+    what each call that came back cost."""
+
+    async def __call__(self, request: LLMRequest) -> LLMRequest: ...
+
+    def ended(self, request: LLMRequest, cost: Decimal) -> None: ...
 
 
 class CallOptions(_Wire):

@@ -101,6 +101,7 @@ class RunService:
             lease_seconds=settings.run_lease_seconds,
             endings=log_endings(),
             reserve=self._reservation.chunk,
+            least_reserve=self._reservation.floor,
         )
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(

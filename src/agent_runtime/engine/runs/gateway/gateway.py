@@ -75,7 +75,8 @@ class RunGateway:
     call them (`tool_choice` "none" elsewhere, and in its repair calls). `stops_at`: tool names the run never runs
     on the model's word alone (approval and frontend tools); a reply calling one ends the run waiting
     (`ToolCallsPending`). `end_user`: the opaque user id every call carries (engine/llm/end_user.py). `hold`: awaited
-    before each call is sent, it grows the run's budget hold (engine/runs/ledger/reservation.py) or raises."""
+    before each call is sent, it grows the run's budget hold (engine/runs/ledger/reservation.py), bounds the call's
+    `max_tokens` or raises, and hears what each call cost."""
 
     def __init__(
         self,
@@ -197,7 +198,7 @@ class RunGateway:
         self.enter_stage(call.stage, call.route)
         request = self.request(call)
         if self.hold is not None:
-            await self.hold(request)
+            request = await self.hold(request)
 
         def unfinished(cut: UnfinishedCall) -> None:
             self._recorder.unfinished(call.stage, cut)
@@ -234,6 +235,8 @@ class RunGateway:
             response = await self._llm.complete(request, on_unfinished=unfinished)
             if response.reasoning:
                 self._events.reasoning_content(reasoning_id, response.reasoning)
+        if self.hold is not None:
+            self.hold.ended(request, response.cost.cost)
         self._events.reasoning_end()
         self._recorder.reasoning(call.stage, response, reasoning_id)
         calls = [ToolCallSpec(id=c.id, name=c.name, arguments=c.arguments) for c in response.tool_calls]

@@ -2,7 +2,7 @@
 the records its long statements take (the convention is in `engine/sessions/repository.py`). Every statement
 on a user's rows takes the owner (`user_id`); the sweep, the repair and retention are the system's (below).
 
-The start and the finish take 21 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
+The start and the finish take 22 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
 `args()` is the one place that orders them, next to a map of what each `$n` is, so that the statement and its
 arguments are read and changed together.
 """
@@ -37,12 +37,15 @@ class StartRecord(BaseModel):
     rows: list[list[Any]] = _ROWS
     pending_id: str | None = Field(description="The pending turn the run was planned against (None: none).")
     client_state: dict[str, JsonValue] | None
-    reserved_cny: Decimal = Field(ge=0, description="The run's worst-case cost, held against the user's budgets.")
+    reserved_cny: Decimal = Field(
+        ge=0, description="The most the run holds against the user's budgets at its start (a user with no history)."
+    )
     regenerate: bool = Field(default=False, description="The run answers the last user turn again.")
+    least_reserved_cny: Decimal = Field(ge=0, description="The least it holds at its start.")
 
     def args(self) -> list[Any]:
         # $1 session_id, $2 user_id, $3 run_id, $4 lease_owner, $5 lease_seconds, $6 visible, $7 audit, $8 title,
-        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny, $21 regenerate
+        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny, $21 regenerate, $22 least_reserved_cny
         return [
             self.session_id,
             self.user_id,
@@ -57,6 +60,7 @@ class StartRecord(BaseModel):
             self.client_state,
             self.reserved_cny,
             self.regenerate,
+            self.least_reserved_cny,
         ]
 
 
@@ -96,23 +100,41 @@ class FinishRecord(BaseModel):
 
 
 START_SQL = f"""
-WITH started AS (
+WITH recent AS (
+    SELECT id, session_id, created_at FROM agent_runs
+     WHERE user_id = $2 AND status = 'completed' ORDER BY created_at DESC LIMIT 10
+), reserve AS (
+    -- What the run holds (engine/runs/ledger/reservation.py): twice what the user's last completed runs cost on
+    -- average, or the dearest of them when it cost more, between $22 and $20; $20 with no completed run.
+    -- Their rows were all written after they started. Nothing is read when the run holds nothing (no budget).
+    SELECT CASE WHEN $20::numeric = 0 THEN 0 ELSE least($20, greatest($22::numeric, coalesce((
+               SELECT greatest(2 * sum(c.cost) / count(*), max(c.cost)) FROM (
+                   SELECT coalesce(sum(m.cost), 0) AS cost
+                     FROM recent r LEFT JOIN agent_chat_messages m
+                       ON m.user_id = $2 AND m.session_id = r.session_id AND m.metadata ->> 'run_id' = r.id::text
+                      AND m.created_at >= (SELECT min(created_at) FROM recent)
+                    GROUP BY r.id) c
+           ), $20))) END AS cny
+), started AS (
     UPDATE agent_chat_sessions
        SET status = 'running', run_id = $3::uuid, run_started_at = now(), error_id = NULL, updated_at = now(),
            lease_owner = $4, lease_expires_at = now() + make_interval(secs => $5),
            next_seq = next_seq + $6, next_audit_seq = next_audit_seq - $7, title = COALESCE(title, $8),
            state_snapshot = state_snapshot || jsonb_build_object('status', 'running', 'run_id', $3::text,
                                                                  'error_id', NULL),
-           pending_turn = NULL, client_state = COALESCE($19::jsonb, client_state), run_reserved_cny = $20
+           pending_turn = NULL, client_state = COALESCE($19::jsonb, client_state),
+           run_reserved_cny = (SELECT cny FROM reserve)
      WHERE id = $1 AND user_id = $2 AND status <> 'running'
        -- The run was planned against this pending turn (engine/runs/request/pending.py), or none: it takes it.
        AND (pending_turn ->> 'id') IS NOT DISTINCT FROM $18::text
        -- A regeneration answers the last user message again: there must be one.
        AND (NOT $21::bool OR EXISTS (SELECT 1 FROM agent_chat_messages u
                                      WHERE u.session_id = $1 AND u.user_id = $2 AND u.seq > 0 AND u.role = 'user'))
-    RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state
+    RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state,
+              run_reserved_cny
 ), run AS (
-    INSERT INTO agent_runs (id, session_id, user_id, reserved_cny) SELECT $3::uuid, id, $2, $20 FROM started
+    INSERT INTO agent_runs (id, session_id, user_id, reserved_cny)
+    SELECT $3::uuid, id, $2, run_reserved_cny FROM started
 ), superseded AS (
     -- The reply it replaces: every visible row after the last user message that no earlier regeneration
     -- replaced, up to the last one stored (the session row's lock, taken above, keeps others from appending).
@@ -163,9 +185,15 @@ WITH c AS (
 SELECT EXISTS (SELECT 1 FROM c) AS owned, {SUMS} FROM m WHERE m.metadata ? 'cost_source'
 """
 
-# A run's hold grows (engine/runs/ledger/reservation.py); the trigger refuses it (AR402) when the budget has no room.
+# A run's hold grows (engine/runs/ledger/reservation.py) by $4, or by the budgets' room when that is less, but by at
+# least $5; the trigger refuses it (AR402) when the budget has no room for that. The room is read before the trigger
+# takes the user's gate: another run's growth can still take it first, and the trigger decides.
 GROW_HOLD_SQL = """
-UPDATE agent_chat_sessions SET run_reserved_cny = run_reserved_cny + $4
+UPDATE agent_chat_sessions s
+   SET run_reserved_cny = run_reserved_cny + greatest($5::numeric, least($4::numeric, coalesce((
+           SELECT least(user_quota('daily_budget_cny') - u.spent_day, user_quota('monthly_budget_cny') - u.spent_month)
+                  - u.reserved - s.run_reserved_cny
+             FROM user_budget_use($2, $1) u), $4)))
  WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running'
 RETURNING run_reserved_cny
 """

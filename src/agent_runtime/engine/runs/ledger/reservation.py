@@ -1,14 +1,22 @@
 """Budgets as reservations (migrations/0009): a run holds, against the user's daily and monthly budgets, at least
-the worst-case cost of every model call it has made or is about to make, so that concurrent runs (on any number
-of replicas) cannot together spend past a budget.
+what the model calls it made cost (as billed; a call in flight, or cut, at its worst case) plus the worst case of
+the call it is about to make, so that concurrent runs (on any number of replicas) cannot together spend past a
+budget.
 
 A call's worst case is its input (the request's messages and tools, counted with the offline tokenizer) at the
 cache-miss price plus its `max_tokens` of output, at the dearest price of its model's fallback chain, at the
-dearer of the prices in force now and at the run's deadline (a run may cross into peak hours). The run is
-admitted holding one `chunk` (a call with a whole memory window, MEMORY_MAX_TOKENS, at the dearest task's price
-and largest `max_tokens`), in the statement that admits it; before a call its hold does not cover, the hold
-grows by what is missing, at least a chunk, in one statement that the same trigger checks; a hold that does not
-fit ends the run with `budget_exceeded` before the call is sent. The hold is settled when the run ends.
+dearer of the prices in force now and at the run's deadline (a run may cross into peak hours).
+
+Admission reserves what the run is expected to need, in the statement that admits it (START_SQL): twice the
+mean cost of the user's last 10 completed runs, or the dearest of them when it cost more; at least `floor` (one
+call's least useful output) and at most one `chunk` (a call with a whole memory window, MEMORY_MAX_TOKENS, at
+the dearest task's price and largest `max_tokens`), which is also what a user with no completed run reserves.
+So the budget refuses a run once less than about two typical runs' cost is left, not once less than a chunk is.
+Before each call, the hold grows by exactly what it misses, in one statement that the same trigger checks. When
+the budget has less room than that, the hold takes the room and the call's `max_tokens` is bounded to fit in
+it, if at least `_LEAST_OUTPUT` tokens (or the call's own `max_tokens`, when smaller) still fit; else the run
+ends with `budget_exceeded` before the call is sent. The hold never shrinks while the run runs (another run
+could take the room back); it is settled when the run ends.
 
 Why not the whole run's worst case up front: with the default tasks (18 calls with repairs, inputs growing to
 60,000 tokens) it is 6.6 CNY at peak, more than the default daily budget, so every run would be refused.
@@ -22,11 +30,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 
 from agent_runtime.engine.billing.pricing import ModelPrice, PricingTable
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.conversation.tokens import token_counter_for
+from agent_runtime.engine.errors import BudgetExceededError
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.models import LLMRequest
@@ -34,6 +43,10 @@ from agent_runtime.engine.runs.ledger.store import RunStore, StartedRun
 from agent_runtime.settings import Settings
 
 _PER_MILLION = Decimal(1_000_000)
+# The fewest output tokens a call bounded by the budget's headroom is still sent with: about a short reply or a
+# tool call. A call that cannot get that many is refused instead (the run ends `budget_exceeded`).
+_LEAST_OUTPUT = 256
+_GROW_ATTEMPTS = 3
 
 
 class RunReservation:
@@ -56,19 +69,42 @@ class RunReservation:
         self.budgeted = bool(settings.user_daily_budget_cny or settings.user_monthly_budget_cny)
 
     def chunk(self) -> Decimal:
-        """What a run is admitted holding, and the least a hold grows by."""
+        """The most a run is admitted holding (what a user with no completed run holds)."""
         at = self._clock()
         return max(self._worst(model, self._window_tokens, self._largest_output, at) for model in self._models)
 
+    def floor(self) -> Decimal:
+        """The least a run is admitted holding: room for one call's least useful output at the dearest price."""
+        at = self._clock()
+        return max(self._worst(model, 0, _LEAST_OUTPUT, at) for model in self._models)
+
     def call(self, request: LLMRequest) -> Decimal:
         """The most `request` can cost if sent now."""
+        return self._call(request, self._clock())
+
+    def least(self, request: LLMRequest) -> LLMRequest:
+        """`request` with the fewest output tokens it is still sent with when the budget is short."""
+        return request.model_copy(update={"max_tokens": min(request.max_tokens or self._largest_output, _LEAST_OUTPUT)})
+
+    def bounded(self, request: LLMRequest, room: Decimal) -> LLMRequest:
+        """`request` with its `max_tokens` lowered so that it cannot cost more than `room`, but not below `least`."""
+        at = self._clock()
+        wanted = request.max_tokens or self._largest_output
+        silent = self._call(request.model_copy(update={"max_tokens": 1}), at)
+        per_token = self._call(request.model_copy(update={"max_tokens": 2}), at) - silent
+        if per_token <= 0:
+            return request
+        fits = int(((room - silent) / per_token).to_integral_value(rounding=ROUND_FLOOR)) + 1
+        return request.model_copy(update={"max_tokens": max(min(wanted, fits), min(wanted, _LEAST_OUTPUT))})
+
+    def _call(self, request: LLMRequest, at: datetime) -> Decimal:
         model = request.model or self._default_model
         counter = token_counter_for(model)
         wire = [m.model_dump(exclude_none=True) for m in request.messages]
         if request.tools:
             wire.append({"role": "system", "content": json.dumps([t.model_dump() for t in request.tools])})
         input_tokens = sum(counter.count_wire(m) for m in wire)
-        return self._worst(model, input_tokens, request.max_tokens or self._largest_output, self._clock())
+        return self._worst(model, input_tokens, request.max_tokens or self._largest_output, at)
 
     def _worst(self, model: str, input_tokens: int, output_tokens: int, at: datetime) -> Decimal:
         price = self._dearest((model, *(target.model for target in self._catalog.chain(model))), at)
@@ -89,7 +125,7 @@ class RunReservation:
 
 
 class RunHold:
-    """One run's hold: the worst cases of its calls so far, and what the database holds for it."""
+    """One run's hold: what its calls cost or may cost, and what the database holds for it."""
 
     def __init__(self, store: RunStore, reservation: RunReservation, ctx: RequestContext, run: StartedRun) -> None:
         self._store = store
@@ -98,16 +134,49 @@ class RunHold:
         self._session_id = run.session.id
         self._run_id = run.run_id
         self.held = run.reserved_cny
-        self.needed = Decimal(0)
+        self.spent = Decimal(0)
+        # The worst cases of the calls sent and not come back, by the request's identity (the caller keeps it).
+        self._open: dict[int, Decimal] = {}
 
-    async def __call__(self, request: LLMRequest) -> None:
-        """Before `request` is sent: grow the hold if it does not cover the call (raises BudgetExceededError when
-        the budget has no room for it; the call is then not made)."""
+    @property
+    def needed(self) -> Decimal:
+        """What the calls that came back cost and the calls in flight may cost."""
+        return self.spent + sum(self._open.values(), Decimal(0))
+
+    async def __call__(self, request: LLMRequest) -> LLMRequest:
+        """Before `request` is sent: grow the hold by what it misses for the call, and return the request to send,
+        its `max_tokens` bounded when the budget has room for less (raises BudgetExceededError when it has no room
+        for a useful call; the call is then not made)."""
         if not self._reservation.budgeted:
-            return
-        self.needed += self._reservation.call(request)
-        if self.needed <= self.held:
-            return
-        grow = max(self.needed - self.held, self._reservation.chunk())
-        await self._store.grow_hold(self._ctx, self._session_id, self._run_id, grow)
-        self.held += grow
+            return request
+        worst = self._reservation.call(request)
+        missing = self.needed + worst - self.held
+        if missing > 0:
+            # The least the hold must grow by: what it misses for the call with its fewest output tokens.
+            at_least = max(missing - worst + self._reservation.call(self._reservation.least(request)), Decimal(0))
+            self.held = await self._grow(missing, at_least)
+            room = self.held - self.needed
+            if room < worst:
+                request = self._reservation.bounded(request, room)
+                worst = self._reservation.call(request)
+        self._open[id(request)] = worst
+        return request
+
+    def ended(self, request: LLMRequest, cost: Decimal) -> None:
+        """`request` came back, billed `cost`: the run needs that from here on, not its worst case."""
+        if self._open.pop(id(request), None) is not None:
+            self.spent += cost
+
+    async def _grow(self, missing: Decimal, at_least: Decimal) -> Decimal:
+        # The room is read before the trigger takes the user's gate, and the trigger decides: under concurrent runs of
+        # the user's, another run can take it meanwhile. Then again, against the room as it is now; and a call
+        # that fits in the hold as it is with fewer output tokens (`at_least` 0) goes out with them.
+        for attempt in range(_GROW_ATTEMPTS):
+            try:
+                return await self._store.grow_hold(
+                    self._ctx, self._session_id, self._run_id, missing, at_least=at_least
+                )
+            except BudgetExceededError:
+                if at_least >= missing or (at_least > 0 and attempt == _GROW_ATTEMPTS - 1):
+                    raise
+        return self.held

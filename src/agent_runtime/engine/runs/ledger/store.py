@@ -142,14 +142,17 @@ class RunStore:
         lease_seconds: float,
         endings: LogEndings,
         reserve: Callable[[], Decimal] | None = None,
+        least_reserve: Callable[[], Decimal] | None = None,
     ) -> None:
-        """`endings`: how the sweep and the log repair end the logs of runs whose process died. `reserve`: what
-        a run started now holds against the user's budgets (`reservation.py`); None: nothing."""
+        """`endings`: how the sweep and the log repair end the logs of runs whose process died. `reserve`: the most
+        a run started now holds against the user's budgets, and what it holds when the user has no completed run
+        (`reservation.py`); None: nothing. `least_reserve`: the least it holds (None: `reserve`)."""
         self._pool = pool
         self.owner = owner
         self._lease_seconds = lease_seconds
         self._endings = endings
         self._reserve = reserve or (lambda: Decimal(0))
+        self._least_reserve = least_reserve or self._reserve
 
     async def start(
         self,
@@ -177,6 +180,7 @@ class RunStore:
         """
         batch = MessageBatch(messages)
         reserved = self._reserve()
+        least_reserved = min(self._least_reserve(), reserved)
         try:
             record = StartRecord(
                 session_id=session_id,
@@ -191,6 +195,7 @@ class RunStore:
                 pending_id=pending_id,
                 client_state=client_state,
                 reserved_cny=reserved,
+                least_reserved_cny=least_reserved,
                 regenerate=regenerate,
             )
             row = await self._pool.fetchrow(START_SQL, *record.args())
@@ -211,21 +216,25 @@ class RunStore:
             first_seq=row["first_seq"],
             profile=profile,
             client_state=row["client_state"],
-            reserved_cny=reserved,
+            reserved_cny=row["run_reserved_cny"],
             has_memories=row["has_memories"],
             memory_generation=row["memory_generation"],
         )
 
-    async def grow_hold(self, ctx: RequestContext, session_id: UUID, run_id: UUID, amount: Decimal) -> None:
-        """Hold `amount` more against the user's budgets for the run; raises BudgetExceededError when it does not
-        fit, and RunLostError when the run no longer holds its session."""
+    async def grow_hold(
+        self, ctx: RequestContext, session_id: UUID, run_id: UUID, amount: Decimal, *, at_least: Decimal
+    ) -> Decimal:
+        """Hold `amount` more against the user's budgets for the run, or as much as they have room for but at least
+        `at_least`; returns what the run holds now. Raises BudgetExceededError when `at_least` does not fit, and
+        RunLostError when the run no longer holds its session."""
         try:
-            held = await self._pool.fetchval(GROW_HOLD_SQL, session_id, ctx.user_id, run_id, amount)
+            held = await self._pool.fetchval(GROW_HOLD_SQL, session_id, ctx.user_id, run_id, amount, at_least)
         except asyncpg.PostgresError as exc:
             _raise_quota_refusal(exc)
             raise
         if held is None:
             raise RunLostError("the run lost its lease on the session (it was taken over)")
+        return Decimal(held)
 
     async def _require_session(self, ctx: RequestContext, session_id: UUID) -> None:
         found = await self._pool.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
