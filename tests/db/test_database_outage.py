@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from typing import Any
 
 import asyncpg
@@ -18,6 +19,7 @@ from pydantic import SecretStr
 from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, default_responder, intent_direct, parse_sse, sse_frames
 from tests.stubs.deepseek_stub import DeepSeekStub
+from tests.support.bill import stub_bill
 from tests.support.own_postgres import OwnPostgres
 from tests.support.serve import poll_until
 
@@ -227,3 +229,29 @@ async def test_a_shutdown_while_the_database_is_away_does_not_wait_for_it(
     assert time.monotonic() - leaving < 5
     events = await asyncio.wait_for(in_flight, 5)
     assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "run_interrupted"), events[-1]
+
+
+async def test_a_run_the_outage_cut_is_charged_what_it_had_sent_not_its_hold(service: Service) -> None:
+    session = await service.new_session()
+    before = (await service.client.get("/v1/usage", headers=service.user.headers)).json()["budgets"][0]
+    hold = service.stub.hold_replies()
+    service.stub.enqueue(intent_direct("never stored"))
+    seen = len(service.stub.requests)
+    in_flight = await hold_a_run(service, session)
+    await asyncio.sleep(1.2)  # lease renewals (every 0.5 s) store what the run has sent
+    await service.pg.stop_immediately()
+    await hold.release()  # the model answers, and nothing of it can be stored
+    events = await asyncio.wait_for(in_flight, 10)
+    assert events[-1]["code"] == "database_unavailable", events[-1]
+    await service.pg.start()
+    await until_ready(service.client, within=10)
+
+    async def budget() -> dict[str, Any]:
+        response = await service.client.get("/v1/usage", headers=service.user.headers)
+        return dict(response.json()["budgets"][0])
+
+    # The sweep fails the run (its end could not be stored) and charges it: its hold released, the estimate spent.
+    after = await poll_until(budget, lambda b: b["reserved"] == before["reserved"], within=15)
+    charged = Decimal(after["spent"]) - Decimal(before["spent"])
+    bill = stub_bill(service.stub.requests[seen:])
+    assert bill.unanswered == 0 and 0 < charged <= Decimal("1.5") * bill.answered, (charged, bill)

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID, uuid4
 
+import pytest
 from tests.conftest import User
 from tests.runs.conftest import (
     PEAK_TIME,
@@ -34,7 +35,7 @@ from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.runs.agui.mapper import log_endings
 from agent_runtime.engine.runs.ledger.reservation import RunReservation
-from agent_runtime.engine.runs.ledger.store import RunEndRequest, RunStore
+from agent_runtime.engine.runs.ledger.store import HeldRun, RunEndRequest, RunStore
 
 EXPIRE = "UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 second' WHERE id = $1"
 
@@ -221,8 +222,16 @@ async def test_a_user_with_completed_runs_is_admitted_holding_twice_their_mean_r
         assert types((await running).events)[-1] == "RUN_FINISHED"
 
 
-async def test_a_run_whose_process_died_is_charged_its_hold_until_its_process_stores_what_it_spent(
-    h: Harness, make_user: Callable[[], User]
+@pytest.mark.parametrize(
+    ("renewals", "charged"),
+    [
+        pytest.param(["0.02", "0.01"], "0.02", id="what-it-had-sent"),  # an estimate only grows
+        pytest.param(["0.5"], "0.3", id="at-most-its-hold"),
+        pytest.param([], "0", id="never-renewed"),
+    ],
+)
+async def test_a_run_whose_process_died_is_charged_what_it_had_sent_until_its_process_stores_what_it_spent(
+    h: Harness, make_user: Callable[[], User], renewals: list[str], charged: str
 ) -> None:
     await h.engine.runs.leases.stop()
     user = make_user()
@@ -238,11 +247,15 @@ async def test_a_run_whose_process_died_is_charged_its_hold_until_its_process_st
         money(Decimal(0)),
         money(hold),
     )
+    # Its process renewed its lease with the estimate of what its calls had cost so far, then died.
+    for sent in renewals:
+        run = HeldRun(session_id=sid, user_id=user.ctx.user_id, run_id=started.run_id, sent_cny=Decimal(sent))
+        assert (await dead.renew([run])).kept == {started.run_id}
 
     await h.engine.pool.execute(EXPIRE, sid)
     await h.engine.runs.leases.sweep_once()
     swept = await daily_budget(h, user)
-    assert (swept["spent"], swept["reserved"]) == (money(hold), money(Decimal(0)))  # what its calls cost is unknown
+    assert (swept["spent"], swept["reserved"]) == (money(Decimal(charged)), money(Decimal(0)))
 
     # Its process was only stalled: it ends the run and stores its rows, which hold what it spent.
     end = await dead.finish(user.ctx, started, RunEndRequest(outcome="completed", run_status="completed", rows=[]))

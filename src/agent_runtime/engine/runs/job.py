@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING
 from uuid import UUID, uuid4
 
@@ -14,6 +15,7 @@ from agent_runtime.engine.runs.agui.mapper import AguiStream
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.log import RunEventLog
 from agent_runtime.engine.runs.ledger.finish import RunFailure
+from agent_runtime.engine.runs.ledger.reservation import RunHold
 from agent_runtime.engine.runs.ledger.store import HeldRun, StartedRun
 from agent_runtime.engine.runs.request.plan import TurnPlan
 from agent_runtime.engine.runs.turn.runner import TurnJob
@@ -52,6 +54,8 @@ class RunJob:
     route: str | None = field(default=None)
     # Set once the flow's gateway exists: what of the answer the client has seen (for a cancelled run).
     gateway: RunGateway | None = None
+    # Its budget hold, which also keeps the estimate of what its calls cost so far (renewed with the lease).
+    hold: RunHold | None = None
 
     @property
     def session_id(self) -> UUID:
@@ -66,7 +70,8 @@ class RunJob:
         return self.turn.events
 
     def held(self) -> HeldRun:
-        return HeldRun(session_id=self.session_id, user_id=self.ctx.user_id, run_id=self.run_id)
+        sent = self.hold.sent if self.hold is not None else Decimal(0)
+        return HeldRun(session_id=self.session_id, user_id=self.ctx.user_id, run_id=self.run_id, sent_cny=sent)
 
     def stop(self, reason: RunFailure) -> bool:
         """Cancel the run with `reason`; False when it is over or already writing its end."""

@@ -268,8 +268,8 @@ class RunService:
                     await self.admission.after_starts()
                     await self._turns.snapshots(job.turn)
                     await asyncio.shield(self.ensure_warm())
-                    hold = RunHold(self.store, self._reservation, job.ctx, job.started)
-                    job.gateway = self._turns.gateway(job.turn, recorder, self._stage_options, hold)
+                    job.hold = RunHold(self.store, self._reservation, job.ctx, job.started)
+                    job.gateway = self._turns.gateway(job.turn, recorder, self._stage_options, job.hold)
                     result = await self._turns.run(job.turn, job.gateway, recorder)
             except BaseException as exc:
                 if job.stop_reason is CANCELLED:

@@ -201,13 +201,23 @@ RETURNING run_reserved_cny
 # A run the sweep failed finished after all and stored its rows: they hold what it spent, so the sweep's charge goes.
 SETTLE_LATE_SQL = "UPDATE agent_runs SET unrecorded_cny = 0 WHERE id = $1 AND user_id = $2"
 
+# Also stores each renewed run's estimate of what it has sent ($6, RunHold.sent), which only grows: what the sweep
+# charges if the run's process dies.
 RENEW_SQL = """
-UPDATE agent_chat_sessions s SET lease_expires_at = now() + make_interval(secs => $2)
- WHERE (id, user_id, run_id) IN (SELECT * FROM unnest($3::uuid[], $4::uuid[], $5::uuid[]))
-   AND status = 'running' AND lease_owner = $1 AND lease_expires_at > now()
-RETURNING run_id,
-          EXISTS (SELECT 1 FROM agent_runs r
-                   WHERE r.id = s.run_id AND r.user_id = s.user_id AND r.cancel_requested_at IS NOT NULL) AS cancel
+WITH renewed AS (
+    UPDATE agent_chat_sessions s SET lease_expires_at = now() + make_interval(secs => $2)
+      FROM unnest($3::uuid[], $4::uuid[], $5::uuid[], $6::numeric[]) AS h(session_id, user_id, run_id, sent)
+     WHERE s.id = h.session_id AND s.user_id = h.user_id AND s.run_id = h.run_id
+       AND s.status = 'running' AND s.lease_owner = $1 AND s.lease_expires_at > now()
+    RETURNING s.run_id, s.user_id, h.sent
+), sent AS (
+    UPDATE agent_runs r SET sent_cny = n.sent FROM renewed n
+     WHERE r.id = n.run_id AND r.user_id = n.user_id AND n.sent > r.sent_cny
+)
+SELECT n.run_id,
+       EXISTS (SELECT 1 FROM agent_runs r
+                WHERE r.id = n.run_id AND r.user_id = n.user_id AND r.cancel_requested_at IS NOT NULL) AS cancel
+  FROM renewed n
 """
 
 
@@ -246,12 +256,13 @@ WITH expired AS (
            state_snapshot = s.state_snapshot || jsonb_build_object('status', 'failed', 'run_id', s.run_id::text,
                                                                    'error_id', e.error_id)
       FROM expired e WHERE s.id = e.id
-    RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id
+    RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id, s.run_reserved_cny AS held
 ), runs AS (
-    -- Settled at its reservation less what it stored: what its cut calls cost never reached the ledger.
+    -- Charged the estimate of what it had sent (its last renewal's), at most its hold, less what it stored: what
+    -- its calls cost never reached the ledger otherwise.
     UPDATE agent_runs r
        SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true,
-           unrecorded_cny = greatest(r.reserved_cny - (
+           unrecorded_cny = greatest(least(r.sent_cny, l.held) - (
                SELECT coalesce(sum(m.cost), 0) FROM agent_chat_messages m
                 WHERE m.session_id = l.session_id AND m.user_id = l.user_id AND m.metadata ->> 'run_id' = l.run_id::text
            ), 0)

@@ -97,14 +97,18 @@ class RunReservation:
         fits = int(((room - silent) / per_token).to_integral_value(rounding=ROUND_FLOOR)) + 1
         return request.model_copy(update={"max_tokens": max(min(wanted, fits), min(wanted, _LEAST_OUTPUT))})
 
+    def sent(self, request: LLMRequest) -> Decimal:
+        """What sending `request` costs at least: its prompt at its own model's cache-miss price now (what a lost
+        run is charged for a call that never came back)."""
+        model = request.model or self._default_model
+        quote = self._pricing.quote(model, self._clock())
+        if quote is None:
+            return Decimal(0)
+        return _input_tokens(model, request) * quote.price.input_cache_miss / _PER_MILLION
+
     def _call(self, request: LLMRequest, at: datetime) -> Decimal:
         model = request.model or self._default_model
-        counter = token_counter_for(model)
-        wire = [m.model_dump(exclude_none=True) for m in request.messages]
-        if request.tools:
-            wire.append({"role": "system", "content": json.dumps([t.model_dump() for t in request.tools])})
-        input_tokens = sum(counter.count_wire(m) for m in wire)
-        return self._worst(model, input_tokens, request.max_tokens or self._largest_output, at)
+        return self._worst(model, _input_tokens(model, request), request.max_tokens or self._largest_output, at)
 
     def _worst(self, model: str, input_tokens: int, output_tokens: int, at: datetime) -> Decimal:
         price = self._dearest((model, *(target.model for target in self._catalog.chain(model))), at)
@@ -124,6 +128,15 @@ class RunReservation:
         )
 
 
+def _input_tokens(model: str, request: LLMRequest) -> int:
+    """The request's messages and tools, counted with the offline tokenizer of `model`."""
+    counter = token_counter_for(model)
+    wire = [m.model_dump(exclude_none=True) for m in request.messages]
+    if request.tools:
+        wire.append({"role": "system", "content": json.dumps([t.model_dump() for t in request.tools])})
+    return sum(counter.count_wire(m) for m in wire)
+
+
 class RunHold:
     """One run's hold: what its calls cost or may cost, and what the database holds for it."""
 
@@ -137,6 +150,14 @@ class RunHold:
         self.spent = Decimal(0)
         # The worst cases of the calls sent and not come back, by the request's identity (the caller keeps it).
         self._open: dict[int, Decimal] = {}
+        # Their prompts at their model's cache-miss price: what they cost the run at least.
+        self._open_sent: dict[int, Decimal] = {}
+
+    @property
+    def sent(self) -> Decimal:
+        """The estimate of what the run's calls cost so far: those that came back as billed, the others' prompts.
+        The lease renewal stores it; a lost run is charged it (at most its hold, less what it stored)."""
+        return self.spent + sum(self._open_sent.values(), Decimal(0))
 
     @property
     def needed(self) -> Decimal:
@@ -160,10 +181,12 @@ class RunHold:
                 request = self._reservation.bounded(request, room)
                 worst = self._reservation.call(request)
         self._open[id(request)] = worst
+        self._open_sent[id(request)] = self._reservation.sent(request)
         return request
 
     def ended(self, request: LLMRequest, cost: Decimal) -> None:
         """`request` came back, billed `cost`: the run needs that from here on, not its worst case."""
+        self._open_sent.pop(id(request), None)
         if self._open.pop(id(request), None) is not None:
             self.spent += cost
 

@@ -115,6 +115,7 @@ class HeldRun(BaseModel):
     session_id: UUID
     user_id: UUID
     run_id: UUID
+    sent_cny: Decimal = Field(default=Decimal(0), description="The estimate of what its calls so far cost.")
 
 
 class LostRun(HeldRun):
@@ -305,6 +306,7 @@ class RunStore:
             [r.session_id for r in runs],
             [r.user_id for r in runs],
             [r.run_id for r in runs],
+            [r.sent_cny for r in runs],
         )
         return RenewedLeases(
             kept={row["run_id"] for row in rows}, cancel_requested={row["run_id"] for row in rows if row["cancel"]}
