@@ -1,8 +1,9 @@
 """A run lost with its process is charged what it had sent, not its hold (issue 32), with a real kill -9: two
-`serve` processes on one database, a run on replica A that made two model calls (the intent, a tool call) and
-waits on a third that never comes back, and A killed. Replica B's sweep fails the run and charges it the
-estimate A's last lease renewal stored: what the answered calls were billed, and the unanswered call's prompt.
-Against the stub's own bill: at most 1.5x what it billed, plus the prompt of the call it never answered."""
+`serve` processes on one database, a run on replica A whose first three model calls were answered (the intent, a
+tool call, the execution) and whose fourth (the answer) streamed part of its text and went silent, and A killed.
+Replica B's sweep fails the run and charges it the estimate A's last lease renewal stored: what the answered
+calls were billed, the cut call's prompt and the output it streamed. Against the stub's own bill: at most 1.5x
+what it billed and streamed, plus the prompt of the call it never answered."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import User
-from tests.runs.conftest import STUB_API_KEY, execution_done, intent_direct, intent_needs, parse_sse
+from tests.runs.conftest import STUB_API_KEY, execution_done, intent_direct, intent_needs, organized, parse_sse
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubToolCall
 from tests.support.bill import stub_bill
 from tests.support.serve import ServeProcess, start_serve
@@ -79,14 +80,16 @@ async def test_a_run_lost_with_its_process_is_charged_what_it_had_sent(
     sid = (await _post(replicas.a, user, "/v1/sessions", {})).json()["id"]
     seen = len(replicas.stub.requests)
     calculator = StubToolCall(id="call_1", name="calculator", arguments=json.dumps({"expression": "17 + 25"}))
+    answer = "It is 42, and here is a long explanation of why that is so. " * 40
     replicas.stub.enqueue(
         intent_needs("Compute 17 + 25."),
         StubReply(tool_calls=[calculator]),
-        execution_done("17 + 25 = 42", {"result": "42"}, delay_seconds=120),  # never comes back
+        execution_done("17 + 25 = 42", {"result": "42"}),
+        organized(answer, chunk_chars=40, stall_after_chunks=40, stall_seconds=120),  # silent after 1,600 characters
     )
     on_a = asyncio.create_task(_post(replicas.a, user, f"/v1/sessions/{sid}/runs", {"message": "what is 17 + 25?"}))
     async with asyncio.timeout(60):
-        await replicas.stub.wait_for_requests(seen + 3)
+        await replicas.stub.wait_for_requests(seen + 4)
     await asyncio.sleep(2.5)  # two lease renewals store the run's estimate
     replicas.a.kill()
     await replicas.a.proc.wait()
@@ -101,13 +104,14 @@ async def test_a_run_lost_with_its_process_is_charged_what_it_had_sent(
             await asyncio.sleep(0.2)
     charged = Decimal(after["spent"]) - Decimal(before["spent"])
     bill = stub_bill(replicas.stub.requests[seen:])
-    assert [r.billed is not None for r in replicas.stub.requests[seen:]] == [True, True, False]
-    # At least the bill and the unanswered prompt (counted by the service with DeepSeek's tokenizer, tools
-    # included: more than the stub's rough count), at most 1.5x the bill plus that prompt.
-    assert bill.answered + bill.unanswered <= charged <= Decimal("1.5") * bill.answered + bill.unanswered, (
-        charged,
-        bill,
-    )
+    assert [r.billed is not None for r in replicas.stub.requests[seen:]] == [True, True, True, False]
+    assert len(replicas.stub.requests[-1].streamed) >= 1_500
+    # At least the bill, the unanswered prompt (counted by the service with DeepSeek's tokenizer, tools included:
+    # more than the stub's rough count) and most of the output streamed (the two tokenizers differ); at most 1.5x
+    # the bill and that output, plus the prompt.
+    least = bill.answered + bill.unanswered + Decimal("0.8") * bill.streamed
+    most = Decimal("1.5") * (bill.answered + bill.streamed) + bill.unanswered
+    assert least <= charged <= most, (charged, bill)
     async with httpx.AsyncClient(base_url=replicas.b.base_url, timeout=10) as client:
         session = (await client.get(f"/v1/sessions/{sid}", headers=user.headers)).json()
     assert session["status"] == "failed"

@@ -240,8 +240,9 @@ class RecordedRequest(BaseModel):
     body: Any = Field(description="Parsed JSON body, or None when it was not valid JSON.")
     raw: bytes = Field(default=b"", repr=False, description="The body as it arrived, byte for byte.")
     billed: UsagePayload | None = Field(
-        default=None, description="The usage of the answer the stub sent (None: not answered, or a fault)."
+        default=None, description="The usage of the answer the stub sent whole (None: not answered, or a fault)."
     )
+    streamed: str = Field(default="", description="The content and reasoning a streamed answer sent so far.")
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -511,6 +512,13 @@ def _answer_texts(content: str | None) -> set[str]:
     return texts
 
 
+def _delta_text(chunk: dict[str, Any]) -> str:
+    """The content and reasoning a streamed chunk carries."""
+    choices = chunk.get("choices") or [{}]
+    delta = choices[0].get("delta") or {}
+    return str(delta.get("reasoning_content") or "") + str(delta.get("content") or "")
+
+
 def _tool_call_ids(message: dict[str, Any]) -> list[str]:
     calls = message.get("tool_calls")
     return [str(c.get("id")) for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
@@ -691,13 +699,17 @@ class DeepSeekStub:
         answer = self._answer(item, recorded)
         self._produced[recorded.end_user].add(answer)
         usage = self._usage(item, answer, recorded)
-        recorded.billed = usage
         if not stream:
+            recorded.billed = usage
             return web.json_response(self._completion(body["model"], answer, usage).wire())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         chunks = self._chunks(body["model"], answer, item.chunk_chars, usage if include_usage else None)
         try:
-            return await self._stream(request, chunks, pause=item.chunk_delay_seconds, stall=item, hold=self._hold)
+            streamed = await self._stream(
+                request, chunks, pause=item.chunk_delay_seconds, stall=item, hold=self._hold, recorded=recorded
+            )
+            recorded.billed = usage
+            return streamed
         except ConnectionResetError:
             self.closed_by_client.append(recorded)
             async with self._received:
@@ -854,6 +866,7 @@ class DeepSeekStub:
         pause: float = 0.0,
         stall: StubReply | None = None,
         hold: StubHold | None = None,
+        recorded: RecordedRequest | None = None,
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -869,7 +882,10 @@ class DeepSeekStub:
                 await asyncio.sleep(pause)
             if stall is not None and sent == stall.stall_after_chunks:
                 await asyncio.sleep(stall.stall_seconds)
-            await response.write(f"data: {json.dumps(chunk.wire(), ensure_ascii=False)}\n\n".encode())
+            wire = chunk.wire()
+            await response.write(f"data: {json.dumps(wire, ensure_ascii=False)}\n\n".encode())
+            if recorded is not None:
+                recorded.streamed += _delta_text(wire)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response

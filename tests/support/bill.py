@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from tests.stubs.deepseek_stub import RecordedRequest, prompt_tokens
+from tests.stubs.deepseek_stub import RecordedRequest, count_tokens, prompt_tokens
 
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.resources import default_config_dir
@@ -17,8 +17,9 @@ _PER_MILLION = Decimal(1_000_000)
 
 @dataclass(frozen=True)
 class Bill:
-    answered: Decimal  # what the stub billed for the requests it answered
-    unanswered: Decimal  # the prompts of those it never answered, at the cache-miss price
+    answered: Decimal  # what the stub billed for the requests it answered whole
+    unanswered: Decimal  # the prompts of those it never answered whole, at the cache-miss price
+    streamed: Decimal  # the output those streamed before they were cut (the provider bills it)
 
 
 def stub_bill(requests: list[RecordedRequest], model: str = "deepseek/deepseek-flash") -> Bill:
@@ -26,15 +27,16 @@ def stub_bill(requests: list[RecordedRequest], model: str = "deepseek/deepseek-f
     quote = PricingTable.load(default_config_dir() / "pricing.yaml").quote(model, datetime.now(UTC))
     assert quote is not None
     price = quote.price
-    answered = unanswered = Decimal(0)
+    answered = unanswered = streamed = Decimal(0)
     for request in requests:
         usage = request.billed
         if usage is None:
             unanswered += prompt_tokens(request) * price.input_cache_miss / _PER_MILLION
+            streamed += count_tokens(request.streamed) * price.output / _PER_MILLION
             continue
         answered += (
             usage.prompt_cache_miss_tokens * price.input_cache_miss
             + usage.prompt_cache_hit_tokens * price.input_cache_hit
             + usage.completion_tokens * price.output
         ) / _PER_MILLION
-    return Bill(answered=answered, unanswered=unanswered)
+    return Bill(answered=answered, unanswered=unanswered, streamed=streamed)

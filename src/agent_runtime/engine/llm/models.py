@@ -104,6 +104,9 @@ class BeforeSend(Protocol):
 
     def ended(self, request: LLMRequest, cost: Decimal) -> None: ...
 
+    def streamed(self, request: LLMRequest, text: str) -> None:
+        """`request`'s answer streamed `text` (content or reasoning): output the provider bills even if it is cut."""
+
 
 class CallOptions(_Wire):
     """How one task's model calls are made (config/crewai/tasks.yaml, resolved against the settings)."""

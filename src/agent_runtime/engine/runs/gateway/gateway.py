@@ -193,6 +193,10 @@ class RunGateway:
         finally:
             self._calls.discard(task)
 
+    def _streamed(self, request: LLMRequest, text: str) -> None:
+        if self.hold is not None:
+            self.hold.streamed(request, text)
+
     async def _call(self, call: ModelCall) -> ModelReply:
         await self._recorder.flush_tool_results()
         self.enter_stage(call.stage, call.route)
@@ -211,9 +215,11 @@ class RunGateway:
             extractor = AssistantTextExtractor(required_route=route)
 
             def on_reasoning(text: str) -> None:
+                self._streamed(request, text)
                 self._events.reasoning_content(reasoning_id, text)
 
             async def on_delta(text: str) -> bool:
+                self._streamed(request, text)
                 # Delivered only once answer text went out as an event: the JSON around it never does.
                 if not extractor.feed(text):
                     return False

@@ -106,6 +106,15 @@ class RunReservation:
             return Decimal(0)
         return _input_tokens(model, request) * quote.price.input_cache_miss / _PER_MILLION
 
+    def streamed(self, request: LLMRequest, text: str) -> Decimal:
+        """What `text` streamed as `request`'s answer costs: its tokens at its model's output price now."""
+        model = request.model or self._default_model
+        quote = self._pricing.quote(model, self._clock())
+        if quote is None or not text:
+            return Decimal(0)
+        tokens = token_counter_for(model).count_wire({"role": "assistant", "content": text})
+        return tokens * quote.price.output / _PER_MILLION
+
     def _call(self, request: LLMRequest, at: datetime) -> Decimal:
         model = request.model or self._default_model
         return self._worst(model, _input_tokens(model, request), request.max_tokens or self._largest_output, at)
@@ -150,14 +159,20 @@ class RunHold:
         self.spent = Decimal(0)
         # The worst cases of the calls sent and not come back, by the request's identity (the caller keeps it).
         self._open: dict[int, Decimal] = {}
-        # Their prompts at their model's cache-miss price: what they cost the run at least.
+        # Their prompts at their model's cache-miss price, and what their answers streamed so far: what they cost
+        # the run at least.
         self._open_sent: dict[int, Decimal] = {}
+        self._open_streamed: dict[int, tuple[LLMRequest, list[str]]] = {}
 
     @property
     def sent(self) -> Decimal:
-        """The estimate of what the run's calls cost so far: those that came back as billed, the others' prompts.
-        The lease renewal stores it; a lost run is charged it (at most its hold, less what it stored)."""
-        return self.spent + sum(self._open_sent.values(), Decimal(0))
+        """The estimate of what the run's calls cost so far: those that came back as billed, the others' prompts
+        and the output they streamed. The lease renewal stores it; a lost run is charged it (at most its hold, less
+        what it stored)."""
+        streamed = (
+            self._reservation.streamed(request, "".join(texts)) for request, texts in self._open_streamed.values()
+        )
+        return self.spent + sum(self._open_sent.values(), Decimal(0)) + sum(streamed, Decimal(0))
 
     @property
     def needed(self) -> Decimal:
@@ -182,11 +197,18 @@ class RunHold:
                 worst = self._reservation.call(request)
         self._open[id(request)] = worst
         self._open_sent[id(request)] = self._reservation.sent(request)
+        self._open_streamed[id(request)] = (request, [])
         return request
+
+    def streamed(self, request: LLMRequest, text: str) -> None:
+        open_call = self._open_streamed.get(id(request))
+        if open_call is not None:
+            open_call[1].append(text)
 
     def ended(self, request: LLMRequest, cost: Decimal) -> None:
         """`request` came back, billed `cost`: the run needs that from here on, not its worst case."""
         self._open_sent.pop(id(request), None)
+        self._open_streamed.pop(id(request), None)
         if self._open.pop(id(request), None) is not None:
             self.spent += cost
 
