@@ -22,12 +22,15 @@ atexit.register(shutil.rmtree, _CREWAI_DATA, ignore_errors=True)
 
 import crewai.events.event_listener as event_listener  # noqa: E402
 import crewai.flow.runtime as flow_runtime  # noqa: E402
+import crewai_core.token_manager as token_manager_module  # noqa: E402
 import crewai_core.user_data as user_data  # noqa: E402
 from crewai.events.event_bus import crewai_event_bus  # noqa: E402
 from crewai.events.types.env_events import CCEnvEvent, CodexEnvEvent, CursorEnvEvent, DefaultEnvEvent  # noqa: E402
 from crewai.events.types.flow_events import FlowFailedEvent, FlowFinishedEvent, FlowStartedEvent  # noqa: E402
 from crewai.tools import BaseTool  # noqa: E402
+from crewai_core.token_manager import TokenManager  # noqa: E402
 
+from agent_runtime.engine.flow.crewai import env as crewai_env  # noqa: E402
 from agent_runtime.engine.flow.crewai.flow import AgentFlow  # noqa: E402
 
 
@@ -76,3 +79,10 @@ def test_crewais_listener_handles_the_flow_events_a_kickoff_always_emits() -> No
         assert not [h for h in handlers if h.__qualname__.startswith("EventListener.")], event
     kickoff = inspect.getsource(flow_runtime.Flow)
     assert "FlowStartedEvent(" in kickoff and "FlowFinishedEvent(" in kickoff
+
+
+def test_crewai_keeps_its_credentials_key_in_the_file_and_length_we_publish() -> None:
+    source = inspect.getsource(TokenManager._get_or_create_key)
+    assert f'key_filename: str = "{crewai_env.CREDENTIALS_KEY_FILE}"' in source
+    assert "len(key) == _FERNET_KEY_LENGTH" in source
+    assert token_manager_module._FERNET_KEY_LENGTH == crewai_env.FERNET_KEY_LENGTH

@@ -8,6 +8,8 @@ import atexit
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -65,3 +67,37 @@ def test_the_replaced_lookups_are_the_ones_crewai_uses() -> None:
     for method in file_operations:
         assert "_get_secure_storage_path" in getattr(TokenManager, method).__code__.co_names, method
     assert TokenManager._get_secure_storage_path() == STORAGE / crewai_env.CREDENTIALS_SUBDIR
+
+
+def _load_crewai_in_a_new_process(data_dir: Path) -> subprocess.Popen[str]:
+    code = (
+        "from pathlib import Path\n"
+        "from agent_runtime.engine.flow.crewai.env import load_crewai\n"
+        f"load_crewai(Path({str(data_dir)!r}))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CREWAI_")}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_key_file_left_empty_does_not_stop_crewai_from_loading(tmp_path: Path) -> None:
+    # What a worker that loses CrewAI's create-then-write race to a sibling sees (and what a process killed
+    # between the two leaves): the key file there, empty. CrewAI alone raises "Failed to create or read
+    # encryption key" at `import crewai`, and the worker never starts.
+    credentials = tmp_path / crewai_env.STORAGE_SUBDIR / crewai_env.CREDENTIALS_SUBDIR
+    credentials.mkdir(parents=True)
+    (credentials / "secret.key").touch()
+    process = _load_crewai_in_a_new_process(tmp_path)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert len((credentials / "secret.key").read_bytes()) == 44
+    assert sorted(path.name for path in credentials.iterdir()) == ["secret.key"]
+
+
+def test_processes_loading_crewai_on_one_new_data_dir_at_once_all_load(tmp_path: Path) -> None:
+    processes = [_load_crewai_in_a_new_process(tmp_path) for _ in range(6)]
+    failures = [
+        stderr for process in processes for _, stderr in [process.communicate(timeout=180)] if process.returncode
+    ]
+    assert failures == []
+    key = tmp_path / crewai_env.STORAGE_SUBDIR / crewai_env.CREDENTIALS_SUBDIR / "secret.key"
+    assert len(key.read_bytes()) == 44

@@ -16,6 +16,7 @@ or agent says). Every reach into CrewAI's private API is listed in PATCHES.md be
 
 from __future__ import annotations
 
+import base64
 import importlib
 import os
 import sys
@@ -35,6 +36,10 @@ STORAGE_SUBDIR = "crewai"
 # Under the storage directory: what CrewAI keeps under ~/.config/crewai and ~/.local/share/crewai/credentials.
 CONFIG_SUBDIR = "config"
 CREDENTIALS_SUBDIR = "credentials"
+# The file TokenManager keeps its Fernet key in, under its storage path (PATCHES.md row 9).
+CREDENTIALS_KEY_FILE = "secret.key"
+# A Fernet key: 32 random bytes, URL-safe base64 (what Fernet.generate_key() returns).
+FERNET_KEY_LENGTH = 44
 
 
 class CrewAIEnvError(RuntimeError):
@@ -121,6 +126,26 @@ def _keep_config_and_credentials_in(storage: Path) -> None:
         return credentials
 
     token_manager._get_secure_storage_path = staticmethod(credentials_dir)
+    _publish_credentials_key(credentials_dir())
+
+
+def _publish_credentials_key(credentials: Path) -> None:
+    # TokenManager creates its key with O_CREAT|O_EXCL and only then writes it: a process that loses that race (a
+    # worker beside its siblings, all on one DATA_DIR) reads the still-empty file, and its `import crewai` raises
+    # "Failed to create or read encryption key". So the key is written whole under a private name and moved in
+    # place (atomic: a reader sees no file or a whole key), also over a file of the wrong length that a process
+    # killed between CrewAI's create and write left. Two processes may each move in a key: harmless, the key only
+    # encrypts a login token the server never stores.
+    key_path = credentials / CREDENTIALS_KEY_FILE
+    if key_path.is_file() and len(key_path.read_bytes()) == FERNET_KEY_LENGTH:
+        return
+    draft = credentials / f".{CREDENTIALS_KEY_FILE}.{os.getpid()}"
+    fd = os.open(draft, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)
+    try:
+        os.write(fd, base64.urlsafe_b64encode(os.urandom(32)))
+    finally:
+        os.close(fd)
+    os.replace(draft, key_path)
 
 
 def _record_tracing_declined() -> None:
