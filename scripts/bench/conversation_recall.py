@@ -73,10 +73,16 @@ THINGS = [
 ]
 CONFIGURATIONS: dict[str, dict[str, Any]] = {
     "shipped": {},
-    "shipped at 12k": {"memory_max_tokens": 12_000},
+    "shipped without a head": {"memory_head_tokens": 0},
+    "shipped at 8k": {"memory_max_tokens": 8_000},
+    "shipped at 10k": {"memory_max_tokens": 10_000},
     "shipped at 16k": {"memory_max_tokens": 16_000},
-    "shipped at 32k": {"memory_max_tokens": 32_000},
-    "before (newest turn only, no summary)": {"memory_keep_exchanges": 0, "memory_summary": False},
+    "before (newest turn only, no summary)": {
+        "memory_max_tokens": 8_000,
+        "memory_keep_exchanges": 0,
+        "memory_summary": False,
+        "memory_head_tokens": 0,
+    },
     "no window": {
         "memory_max_messages": 100_000,
         "memory_max_tokens": 10_000_000,

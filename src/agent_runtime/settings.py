@@ -116,12 +116,17 @@ class Settings(BaseSettings):
     # verbatim), with a summary of everything cut, carried forward from cut to cut (docs/benchmarks.md,
     # "Conversation recall": what that remembers and costs).
     memory_max_messages: int = Field(default=400, ge=1)
-    memory_max_tokens: int = Field(default=8_000, ge=1)
+    memory_max_tokens: int = Field(default=7_000, ge=1)
     memory_low_messages: int = Field(default=2, ge=1)
     memory_low_tokens: int = Field(default=1000, ge=1)
     memory_keep_exchanges: int = Field(default=3, ge=0, le=100)
     memory_summary: bool = True
     memory_summary_max_tokens: int = Field(default=400, ge=100)
+    # The conversation's opening turns, up to this many tokens, that the first cut pins in front of the summary: a
+    # later cut keeps the request byte-identical up to their end, so a cut turn still hits the cache for them and
+    # the system prompt (0: no head; every cut then re-sends all but the system prompt at the miss price). At most
+    # half of MEMORY_MAX_TOKENS less the summary's share, so that a cut leaves room to grow.
+    memory_head_tokens: int = Field(default=2_000, ge=0)
 
     # Long-term memories (engine/user_memories, docs/memories.md): facts about a user kept across sessions, recalled by
     # meaning before a run. A user's profile can turn them off (settings.memory.enabled).
@@ -249,6 +254,7 @@ class Settings(BaseSettings):
             )
         if self.memory_summary and self.memory_summary_max_tokens >= self.memory_max_tokens:
             raise ValueError("MEMORY_SUMMARY_MAX_TOKENS must be below MEMORY_MAX_TOKENS")
+
         if self.llm_overload_wait_seconds * 4 > self.run_timeout_seconds:
             # A call waits this long on its model and as long again on its fallback chain, and a run makes several.
             raise ValueError("LLM_OVERLOAD_WAIT_SECONDS must be at most a quarter of RUN_TIMEOUT_SECONDS")

@@ -5,8 +5,9 @@ A conversation is fed one message at a time and the window is read after each, a
 checks that the window is a suffix of the conversation starting at a user turn (or, when the newest turn alone
 is over budget, that turn's newest whole groups), with tool groups intact, within both budgets with the
 summary's reserve; that its start only moves forward, and only at a cut (exactly when the window from the
-previous start no longer fits); that a cut keeps at most the low-water marks (or the newest turn); and that the
-summary is made at a cut, from what the cut dropped, and is kept unchanged until the next one.
+previous start no longer fits); that a cut keeps at most the low-water marks (or the newest turn); that the first
+cut pins the conversation's opening turns within `head_tokens` (and no later read changes them); and that the
+summary is made at a cut, from what the cut dropped after the head, and is kept unchanged until the next one.
 """
 
 from __future__ import annotations
@@ -40,12 +41,30 @@ from agent_runtime.engine.sessions.models import SessionCreate
 def cache_policies(draw: st.DrawFn) -> WindowPolicy:
     high = draw(st.integers(2, 12))
     tokens = draw(st.none() | st.integers(20, 200))
+    summary = draw(st.none() | st.integers(1, 10)) if tokens is None or tokens > 10 else None
     return WindowPolicy(
         max_messages=high,
         max_tokens=tokens,
         low_messages=draw(st.integers(1, high)),
         low_tokens=None if tokens is None else draw(st.integers(1, tokens)),
-        summary_tokens=draw(st.none() | st.integers(1, 10)) if tokens is None or tokens > 10 else None,
+        summary_tokens=summary,
+        head_tokens=None if tokens is None else draw(st.none() | st.integers(1, (tokens - (summary or 0)) // 2)),
+        token_counter=char_tokens,
+    )
+
+
+@st.composite
+def head_policies(draw: st.DrawFn) -> WindowPolicy:
+    """Policies whose first cut leaves room to pin an opening turn or more (window rule 11)."""
+    tokens = draw(st.integers(200, 600))
+    summary = draw(st.none() | st.integers(1, 10))
+    return WindowPolicy(
+        max_messages=draw(st.integers(6, 12)),
+        max_tokens=tokens,
+        low_messages=draw(st.integers(1, 3)),
+        low_tokens=draw(st.integers(1, 60)),
+        summary_tokens=summary,
+        head_tokens=draw(st.integers(20, (tokens - (summary or 0)) // 2)),
         token_counter=char_tokens,
     )
 
@@ -100,6 +119,7 @@ async def check_growth(
     start: str | None = None
     cut_at: str | None = None  # the start of the last cut (what the repository stored); None before the first
     summary: str | None = None
+    pinned: list[str] | None = None  # the head's ids, from the first cut on
     for message in conversation:
         await repository.append(conversation_id, [message])
         stored.append(message)
@@ -109,6 +129,17 @@ async def check_growth(
         assert ids(window.as_messages()[: len(head)]) == ids(head), "the newest system message comes first"
         users = [m for m in stored if isinstance(m, UserMessage)]
         body = window.messages
+        turns = [m for m in stored if not isinstance(m, SystemMessage)]
+        turns = turns[turns.index(users[0]) :] if users else []
+        if pinned is None and window.cut and cut_at is None:
+            pinned = ids(window.head)
+            assert policy.head_tokens is not None or pinned == [], "no head without head_tokens"
+            assert ids(turns[: len(pinned)]) == pinned, "the head is the conversation's opening"
+            assert _cost(window.head) <= (policy.head_tokens or 0), "within head_tokens"
+            assert not pinned or isinstance(turns[len(pinned)], UserMessage), "the head is whole turns"
+            _check_groups(window.head, stored)
+        assert ids(window.head) == (pinned or []), "the head is pinned at the first cut and never changes"
+        head = [*head, *window.head]
         if not users:
             assert body == [] and window.start_id is None
             continue
@@ -132,12 +163,17 @@ async def check_growth(
             assert _fits(head, body, policy, low=True) or body[0].id == users[-1].id, "a cut keeps the low marks"
             if policy.summary_tokens is not None:
                 dropped = [m for m in stored if not isinstance(m, SystemMessage)]
-                first = dropped.index(next(m for m in dropped if m.id == cut_at)) if cut_at is not None else 0
+                # Without a head, the first cut summarises from the beginning (messages before any turn too).
+                after_head = ids(dropped).index(turns[len(pinned)].id) if pinned else 0
+                first = ids(dropped).index(cut_at) if cut_at is not None else after_head
                 end = ids(dropped).index(body[0].id)
-                request = summarizer.requests[-1]
-                assert [m.id for m in request.dropped] == [m.id for m in dropped[first:end]][-2 * policy.max_messages :]
-                assert request.previous == summary
-                summary = f"{summary or ''}|{','.join(m.id for m in request.dropped)}"
+                expected = [m.id for m in dropped[first:end]][-2 * policy.max_messages :]
+                if expected or summary is not None:
+                    request = summarizer.requests[-1]
+                    assert [m.id for m in request.dropped] == expected
+                    assert request.previous == summary
+                    assert ids(request.head) == (pinned or [])
+                    summary = f"{summary or ''}|{','.join(m.id for m in request.dropped)}"
             cut_at = window.start_id
         else:
             assert window.start_id == start or start is None, "the start moves only at a cut"
@@ -146,7 +182,7 @@ async def check_growth(
 
 
 @settings(max_examples=150, deadline=None)
-@given(conversations(orphans=False, turns=12), cache_policies())
+@given(conversations(orphans=False, turns=12), cache_policies() | head_policies())
 async def test_cache_window_properties_in_memory(conversation: list[ChatMessage], policy: WindowPolicy) -> None:
     await check_growth(InMemoryChatMemoryRepository(), "c1", conversation, policy)
 
@@ -155,7 +191,7 @@ ConversationFactory = Callable[[], Awaitable[str]]
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(conversations(orphans=False, turns=12), cache_policies())
+@given(conversations(orphans=False, turns=12), cache_policies() | head_policies())
 async def test_cache_window_properties_on_postgres(
     engine: RuntimeEngine, user: User, conversation: list[ChatMessage], policy: WindowPolicy
 ) -> None:

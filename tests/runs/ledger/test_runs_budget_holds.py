@@ -55,13 +55,17 @@ async def daily_budget(h: Harness, user: User) -> dict[str, Any]:
     return budgets[0]
 
 
+# The window the usages of the two tests below were sized against: the chunk (a new user's hold) grows with it.
+CALIBRATED_WINDOW = {"memory_max_tokens": 8_000}
+
+
 async def test_a_run_is_admitted_only_if_its_hold_fits_and_the_hold_settles_to_what_it_cost(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     async with make_harness() as probe:
         chunk = chunk_of(probe)
     # The default tasks and window, priced at the dearest model of the chain (deepseek-v4-pro, at peak).
-    assert chunk == (8_000 * Decimal(9) + 2_048 * Decimal(27)) / 1_000_000
+    assert chunk == (7_000 * Decimal(9) + 2_048 * Decimal(27)) / 1_000_000
     budget = chunk * Decimal("2.5")
     async with make_harness(user_daily_budget_cny=budget) as h:
         user = make_user()
@@ -110,11 +114,11 @@ async def test_a_run_is_admitted_only_if_its_hold_fits_and_the_hold_settles_to_w
 async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the_call_is_sent(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
-    async with make_harness() as probe:
+    async with make_harness(**CALIBRATED_WINDOW) as probe:
         chunk = chunk_of(probe)
     # Room for the first hold and not a grain more: the first call that the budget has no room for, even with its
     # output bounded, is refused.
-    async with make_harness(user_daily_budget_cny=chunk) as h:
+    async with make_harness(**CALIBRATED_WINDOW, user_daily_budget_cny=chunk) as h:
         user = make_user()
         sid = await h.new_session(user)
         # Every answer breaks the intent contract: each repair is another call, each billed about half the budget.
@@ -136,10 +140,10 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
 async def test_a_hold_grows_by_what_the_next_call_misses_so_a_run_near_the_edge_finishes(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
-    async with make_harness() as probe:
+    async with make_harness(**CALIBRATED_WINDOW) as probe:
         chunk = chunk_of(probe)
     budget = chunk * Decimal("1.5")
-    async with make_harness(user_daily_budget_cny=budget) as h:
+    async with make_harness(**CALIBRATED_WINDOW, user_daily_budget_cny=budget) as h:
         user = make_user()
         sid = await h.new_session(user)
         # Three calls each billed about half a chunk: the organization's worst case does not fit beside what the

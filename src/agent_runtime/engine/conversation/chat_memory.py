@@ -15,7 +15,7 @@ from agent_runtime.engine.conversation.memory_repository import (
     validate_conversation_id,
 )
 from agent_runtime.engine.conversation.summary import SummaryRequest, summary_message
-from agent_runtime.engine.conversation.window import WindowPolicy, plan_window
+from agent_runtime.engine.conversation.window import WindowPlan, WindowPolicy, plan_window
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ class MemoryWindow(BaseModel):
     """What the model is shown of a conversation: system message, summary of the cut turns, recent turns."""
 
     system: SystemMessage | None
+    head: list[ChatMessage] = Field(
+        default_factory=list, description="The pinned opening turns (window rule 11), shown before the summary."
+    )
     summary: str | None = Field(description="Summary of the conversation before `start_id`; data, not instructions.")
     messages: list[ChatMessage] = Field(description="The recent turns, oldest first, starting at a user message.")
     start_id: str | None
@@ -48,8 +51,9 @@ class MemoryWindow(BaseModel):
     over_budget: bool
 
     def as_messages(self) -> list[ChatMessage]:
-        """System message, then the summary as a data message, then the turns."""
+        """System message, the pinned opening, then the summary as a data message, then the turns."""
         head: list[ChatMessage] = [self.system] if self.system is not None else []
+        head += self.head
         if self.summary is not None and self.start_id is not None:
             head.append(summary_message(self.summary, self.start_id))
         return [*head, *self.messages]
@@ -91,7 +95,14 @@ class MessageWindowChatMemory:
         read = await self._repository.find_by_conversation_id(conversation_id, max_messages=active.max_messages)
         head: list[ChatMessage] = [read.system] if read.system is not None else []
         old = read.mark
-        plan = plan_window([*head, *read.messages], active, read.start_id, complete=read.complete)
+        plan = plan_window(
+            [*head, *read.messages],
+            active,
+            read.start_id,
+            complete=read.complete,
+            head=read.head,
+            first_cut=read.mark is None,
+        )
         window = plan.window
         if window.over_budget:
             logger.warning(
@@ -104,11 +115,12 @@ class MessageWindowChatMemory:
             )
         summary = old.summary if old is not None else None
         if plan.cut and plan.start_id is not None:
-            summary = await self._cut(conversation_id, active, old, plan.start_id, read.system)
+            summary = await self._cut(conversation_id, active, old, plan, read.system)
         return MemoryWindow(
             system=read.system,
+            head=plan.head,
             summary=summary,
-            messages=window.messages[len(head) :],
+            messages=window.messages[len(head) + len(plan.head) :],
             start_id=plan.start_id,
             cut=plan.cut,
             token_count=window.token_count,
@@ -120,29 +132,36 @@ class MessageWindowChatMemory:
         conversation_id: str,
         policy: WindowPolicy,
         old: WindowMark | None,
-        start_id: str,
+        plan: WindowPlan,
         system: SystemMessage | None,
     ) -> str | None:
         """Store the new start with a summary of what the cut dropped; returns the summary the window shows."""
+        start_id = plan.start_id
+        if start_id is None:
+            raise ValueError("a cut without a start")
         previous = old.summary if old is not None else None
+        head_end_id = old.head_end_id if old is not None else plan.head_end_id
         summary: str | None = None
         if self._summarizer is not None:
             dropped = await self._repository.find_between(
                 conversation_id,
-                from_id=old.start_id if old is not None else None,
+                from_id=old.start_id if old is not None else head_end_id,
                 to_id=start_id,
                 # What a cut drops is the old window's oldest part (under max_messages); more only when a long
                 # conversation meets the policy for the first time, and then only its newest part is summarised.
                 max_messages=2 * policy.max_messages,
             )
-            request = SummaryRequest(conversation_id=conversation_id, system=system, previous=previous, dropped=dropped)
+            request = SummaryRequest(
+                conversation_id=conversation_id, system=system, head=plan.head, previous=previous, dropped=dropped
+            )
             try:
-                summary = await self._summarizer.summarize(request)
+                summary = await self._summarizer.summarize(request) if dropped or previous else None
             except Exception:
                 # Not stored: the next read cuts again and retries the summary; this one shows the old summary.
                 logger.warning("chat memory summary failed", exc_info=True, extra={"conversation_id": conversation_id})
                 return previous
-        await self._repository.save_mark(conversation_id, WindowMark(start_id=start_id, summary=summary))
+        mark = WindowMark(start_id=start_id, summary=summary, head_end_id=head_end_id)
+        await self._repository.save_mark(conversation_id, mark)
         return summary
 
     async def clear(self, conversation_id: str) -> None:

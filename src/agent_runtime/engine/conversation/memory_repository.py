@@ -20,6 +20,11 @@ class WindowMark(BaseModel):
 
     start_id: str = Field(min_length=1, description="Id of the user message the window starts at.")
     summary: str | None = Field(default=None, description="Summary of the conversation before the start.")
+    head_end_id: str | None = Field(
+        default=None,
+        description="The user message after the pinned opening turns (window rule 11); None: no head pinned. Each "
+        "later mark carries the first one's.",
+    )
 
 
 class WindowRead(BaseModel):
@@ -39,6 +44,9 @@ class WindowRead(BaseModel):
     system: SystemMessage | None = None
     messages: list[ChatMessage] = Field(default_factory=list)
     mark: WindowMark | None = None
+    head: list[ChatMessage] = Field(
+        default_factory=list, description="The pinned opening (everything before the mark's `head_end_id`)."
+    )
     start_id: str | None = Field(
         default=None, description="Where the window starts: the mark's start, else the first user message."
     )
@@ -99,7 +107,10 @@ def bounded_tail(conversation: Sequence[ChatMessage], max_messages: int, mark: W
         if anchor is not None:
             tail = [anchor, *tail]
     complete = len(rest) - start <= max_messages
-    return WindowRead(system=system, messages=tail, mark=mark, start_id=start_id, complete=complete)
+    head: list[ChatMessage] = []
+    if mark is not None and mark.head_end_id is not None:
+        head = list(rest[first_user or 0 : _position(rest, mark.head_end_id)][:max_messages])
+    return WindowRead(system=system, messages=tail, mark=mark, head=head, start_id=start_id, complete=complete)
 
 
 def _position(messages: Sequence[ChatMessage], message_id: str) -> int:

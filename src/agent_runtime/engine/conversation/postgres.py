@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from uuid import UUID
 
 import asyncpg
+from pydantic import BaseModel
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.conversation.chat_messages import (
@@ -97,7 +98,16 @@ def row_to_chat_message(row: asyncpg.Record) -> ChatMessage:
 
 
 def _mark(row: asyncpg.Record) -> WindowMark:
-    return WindowMark(start_id=row["message_id"], summary=row["content"] or None)
+    head_end = MarkHead.model_validate(row["metadata"])
+    return WindowMark(
+        start_id=row["message_id"], summary=row["content"] or None, head_end_id=head_end.head_end_message_id
+    )
+
+
+class MarkHead(BaseModel):
+    """The mark row's metadata column in WINDOW_SQL: where its pinned head ends."""
+
+    head_end_message_id: str | None = None
 
 
 def _session_id(conversation_id: str) -> UUID:
@@ -128,18 +138,25 @@ class PostgresChatMemoryRepository:
         first_user = next((r["message_id"] for r in rows if r["part"] == "first_user"), None)
         system = next((row_to_chat_message(r) for r in rows if r["part"] == "system"), None)
         messages = [row_to_chat_message(r) for r in rows if r["part"] in ("anchor", "tail")]
+        head = [row_to_chat_message(r) for r in rows if r["part"] == "head"]
         tail = sum(1 for r in rows if r["part"] == "tail")
         return WindowRead(
             system=system if isinstance(system, SystemMessage) else None,
             messages=messages,
             mark=mark,
+            head=head,
             start_id=mark.start_id if mark is not None else first_user,
             complete=tail <= max_messages,
         )
 
     async def save_mark(self, conversation_id: str, mark: WindowMark) -> bool:
         stored = await self._pool.fetchval(
-            SAVE_MARK_SQL, _session_id(conversation_id), self._ctx.user_id, mark.start_id, mark.summary
+            SAVE_MARK_SQL,
+            _session_id(conversation_id),
+            self._ctx.user_id,
+            mark.start_id,
+            mark.summary,
+            mark.head_end_id,
         )
         return stored is not None
 

@@ -134,12 +134,17 @@ _VISIBLE = f"session_id = $1 AND user_id = $2 AND {visible_sql()}"
 # the first user message instead; the newest `$3` + 1 non-system messages from that start (one more than asked,
 # to know whether there are more; idx_messages_session_seq_display); the newest system message and, when that
 # tail has no user message, the newest user message (idx_messages_session_role_seq). The mark (or first user
-# message) comes back as a row of its own (seq = start, message_id = start id, content = summary), so a run's
+# message) comes back as a row of its own (seq = start, message_id = start id, content = summary, metadata = the
+# head's end), and the pinned opening turns before the head's end (window rule 11) as rows of their own, so a run's
 # memory costs one round trip however the window was cut.
 WINDOW_SQL = f"""
 WITH mark AS (
-    SELECT start_seq, start_message_id, summary FROM agent_memory_windows
+    SELECT start_seq, start_message_id, summary, head_end_seq, head_end_message_id FROM agent_memory_windows
     WHERE session_id = $1 AND user_id = $2 ORDER BY start_seq DESC LIMIT 1
+), head AS (
+    SELECT {_COLUMNS} FROM agent_chat_messages
+    WHERE {_VISIBLE} AND role <> 'system' AND seq < (SELECT head_end_seq FROM mark)
+    ORDER BY seq LIMIT $3
 ), first_user AS (
     SELECT seq, message_id FROM agent_chat_messages
     WHERE {_VISIBLE} AND role = 'user' AND NOT EXISTS (SELECT 1 FROM mark) ORDER BY seq LIMIT 1
@@ -157,8 +162,10 @@ WITH mark AS (
     ORDER BY seq DESC LIMIT 1
 )
 SELECT 'system' AS part, * FROM sys UNION ALL SELECT 'anchor', * FROM anchor UNION ALL SELECT 'tail', * FROM tail
+UNION ALL SELECT 'head', * FROM head
 UNION ALL
-SELECT 'mark', start_message_id, start_seq, 'system', COALESCE(summary, ''), NULL::jsonb, NULL::timestamptz FROM mark
+SELECT 'mark', start_message_id, start_seq, 'system', COALESCE(summary, ''),
+       jsonb_build_object('head_end_message_id', head_end_message_id), NULL::timestamptz FROM mark
 UNION ALL
 SELECT 'first_user', message_id, seq, 'user', '', NULL::jsonb, NULL::timestamptz FROM first_user
 ORDER BY 3
@@ -166,8 +173,10 @@ ORDER BY 3
 # Stored only when the start is a visible user message after the current mark's start: marks only move forward,
 # and two processes storing the same cut store it once (the primary key).
 SAVE_MARK_SQL = """
-INSERT INTO agent_memory_windows (session_id, user_id, start_seq, start_message_id, summary)
-SELECT m.session_id, m.user_id, m.seq, m.message_id, $4 FROM agent_chat_messages m
+INSERT INTO agent_memory_windows (session_id, user_id, start_seq, start_message_id, summary, head_end_seq,
+                                  head_end_message_id)
+SELECT m.session_id, m.user_id, m.seq, m.message_id, $4, h.seq, h.message_id FROM agent_chat_messages m
+LEFT JOIN agent_chat_messages h ON h.session_id = $1 AND h.user_id = $2 AND h.message_id = $5 AND h.seq > 0
 WHERE m.session_id = $1 AND m.user_id = $2 AND m.message_id = $3 AND m.seq > 0 AND m.role = 'user'
   AND m.seq > COALESCE((SELECT max(w.start_seq) FROM agent_memory_windows w
                         WHERE w.session_id = $1 AND w.user_id = $2), 0)

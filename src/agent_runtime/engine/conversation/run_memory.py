@@ -33,13 +33,16 @@ class SummaryTask(Protocol):
 
 
 def memory_policy(settings: Settings) -> WindowPolicy:
+    summary_tokens = settings.memory_summary_max_tokens if settings.memory_summary else None
+    head_tokens = min(settings.memory_head_tokens, (settings.memory_max_tokens - (summary_tokens or 0)) // 2)
     return WindowPolicy(
         max_messages=settings.memory_max_messages,
         max_tokens=settings.memory_max_tokens,
         low_messages=settings.memory_low_messages,
         low_tokens=settings.memory_low_tokens,
-        summary_tokens=settings.memory_summary_max_tokens if settings.memory_summary else None,
+        summary_tokens=summary_tokens,
         keep_turns=settings.memory_keep_exchanges + 1,
+        head_tokens=head_tokens or None,
         model=settings.effective_llm_model,
     )
 

@@ -6,7 +6,7 @@ as background. Escaping makes the markers unforgeable (as for the profile in flo
 backticks and braces become \\u escapes, so the text cannot end its block or contain a placeholder. Non-ASCII
 text stays as it is (Chinese escaped as \\uXXXX would cost several times the tokens).
 
-The request is cache-friendly: `[system, previous summary, dropped turns..., task]` is, up to the task, the
+The request is cache-friendly: `[system, head, previous summary, dropped turns..., task]` is, up to the task, the
 prefix the previous turn's requests started with, so the provider bills most of it at the cache-hit price.
 """
 
@@ -49,6 +49,9 @@ class ConversationSummary(BaseModel):
 class SummaryRequest(BaseModel):
     conversation_id: str
     system: SystemMessage | None = Field(description="The system message the conversation's turns were sent with.")
+    head: list[ChatMessage] = Field(
+        default_factory=list, description="The pinned opening turns the window shows before the summary."
+    )
     previous: str | None = Field(description="The summary this one replaces (of everything before `dropped`).")
     dropped: list[ChatMessage] = Field(description="The turns the cut removed from the window, oldest first.")
 
@@ -64,10 +67,11 @@ def summary_message(summary: str, start_id: str) -> UserMessage:
 
 
 def summary_request_messages(request: SummaryRequest, task: str, user_turn: Callable[[str], str]) -> list[ChatMessage]:
-    """`[system, previous summary, dropped turns..., task]`, consecutive user messages joined as the stage calls
-    join them (the previous summary with the first turn after it), each user turn as the stage calls sent it
-    (`user_turn`): the previous turns' prefix, then the task."""
+    """`[system, head turns..., previous summary, dropped turns..., task]`, consecutive user messages joined as the
+    stage calls join them (the previous summary with the first turn after it), each user turn as the stage calls
+    sent it (`user_turn`): the previous turns' prefix, then the task."""
     head: list[ChatMessage] = [request.system] if request.system is not None else []
+    head += request.head
     if request.previous is not None:
         head.append(summary_message(request.previous, "previous"))
     turns = [

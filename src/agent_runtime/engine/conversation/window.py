@@ -29,8 +29,13 @@ turns so the provider's cache (DeepSeek bills a repeated prefix at 1/50 of the p
    over the budgets too (a window over them then logs `over_budget`, and is cut again at the next read).
 10. `summary_tokens` reserves one message and that many tokens of both budgets for a summary of what the
    cuts dropped (placed after the system message by the caller), so the window with it stays in budget.
-The start is a pure function of the stored messages and the stored previous start, so every process (any
-replica, after any restart) computes the same window.
+11. `head_tokens`: the first cut also pins the conversation's opening in front of the summary for good: the oldest
+   whole turns that the cut drops, within that many tokens and half the room the cut leaves under the high-water
+   marks (so the window still has room to grow). A later cut then keeps the request byte-identical up to the
+   head's end, so the provider's cache still covers the system prompt and the head on a cut turn, not the system
+   prompt alone. The head counts toward both budgets; only turns after it are cut.
+The start (and the head's end) is a pure function of the stored messages and the stored previous start, so every
+process (any replica, after any restart) computes the same window.
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ class WindowPolicy(BaseModel):
         ge=1,
         description="Newest turns a cut always keeps (`plan_window`): this one and the exchanges before.",
     )
+    head_tokens: int | None = Field(
+        default=None, ge=1, description="The opening turns the first cut pins in front of the summary (rule 11)."
+    )
     model: str = Field(default=DEEPSEEK_DEFAULT_MODEL, min_length=1, description="Tokenizer to count with.")
     token_counter: TokenCounter | None = Field(
         default=None, exclude=True, repr=False, description="Replaces LiteLLM's counter (tests, other tokenizers)."
@@ -84,6 +92,8 @@ class WindowPolicy(BaseModel):
         reserve = self.summary_tokens or 0
         if reserve and (self.max_messages < 2 or (self.max_tokens is not None and reserve >= self.max_tokens)):
             raise ValueError("summary_tokens needs max_messages >= 2 and must be below max_tokens")
+        if self.head_tokens is not None and (self.max_tokens is None or self.head_tokens + reserve >= self.max_tokens):
+            raise ValueError("head_tokens needs max_tokens, and with summary_tokens must stay below it")
         return self
 
     def counter(self) -> TokenCounter:
@@ -217,22 +227,39 @@ class WindowPlan(BaseModel):
     window: WindowResult
     start_id: str | None = Field(description="The user message the window starts at; None without a user message.")
     cut: bool = Field(description="The start moved forward at this read (store it; summarise what it dropped).")
+    head: list[ChatMessage] = Field(
+        default_factory=list, description="The pinned opening turns (rule 11), in `window` after the system message."
+    )
+    head_end_id: str | None = Field(
+        default=None, description="This read pinned the head: the user message after it (what the cut dropped begins)."
+    )
 
 
 def plan_window(
-    messages: Sequence[ChatMessage], policy: WindowPolicy, start_id: str | None, *, complete: bool = True
+    messages: Sequence[ChatMessage],
+    policy: WindowPolicy,
+    start_id: str | None,
+    *,
+    complete: bool = True,
+    head: Sequence[ChatMessage] = (),
+    first_cut: bool = False,
 ) -> WindowPlan:
-    """The cache-aware window over `messages` (oldest first) from the stored start `start_id` (rules 7-10).
+    """The cache-aware window over `messages` (oldest first) from the stored start `start_id` (rules 7-11).
 
     `messages` may be a bounded read: everything from the start (`complete`), or, when there is more than
-    the high-water mark, only the newest messages (`complete=False`, and then a cut is due).
+    the high-water mark, only the newest messages (`complete=False`, and then a cut is due). `head` is the pinned
+    opening (the turns before the first cut's summary), read apart from `messages`; `first_cut` says that no cut
+    was stored yet, so a cut may pin one (`policy.head_tokens`) when `messages` begin with the first turn.
     """
     system = next((m for m in reversed(messages) if isinstance(m, SystemMessage)), None)
     turns = _split_turns([m for m in messages if not isinstance(m, SystemMessage)])
-    head: list[ChatMessage] = [system] if system is not None else []
+    pinned = [m for turn in _split_turns(head) for m in turn.messages()]
+    front: list[ChatMessage] = [system] if system is not None else []
     high = _Budget(policy)
-    high.take(head)
+    high.take([*front, *pinned])
     counts = high.counts
+    # Only a read that holds the conversation's first turn can pin it (a bounded read may begin later).
+    opening_read = bool(turns) and (turns[0].user.id == start_id if start_id is not None else complete)
     if start_id is None and complete and turns:
         start_id = turns[0].user.id  # no start given: the conversation's first turn
     first = next((i for i, t in enumerate(turns) if t.user.id == start_id), None) if start_id is not None else 0
@@ -240,12 +267,50 @@ def plan_window(
         candidate = [m for turn in turns[first:] for m in turn.messages()]
         if high.fits(candidate):
             high.take(candidate)
-            return WindowPlan(window=_result(policy, head, candidate, high), start_id=_first_id(candidate), cut=False)
-    body = _cut(turns, head, policy, counts)
-    final = _Budget(policy, policy.high(), counts).took(head)
+            window = _result(policy, [*front, *pinned], candidate, high)
+            return WindowPlan(window=window, start_id=_first_id(candidate), cut=False, head=pinned)
+    body = _cut(turns, [*front, *pinned], policy, counts)
+    head_end_id: str | None = None
+    if first_cut and opening_read and not pinned and policy.head_tokens is not None:
+        pinned = _opening(turns, [*front, *body], policy, counts)
+        body = _cut(turns[len(_split_turns(pinned)) :], [*front, *pinned], policy, counts)
+        head_end_id = _after_head(turns, pinned) if pinned else None
+    final = _Budget(policy, policy.high(), counts).took([*front, *pinned])
     final.take(body)
     new_start = _first_id(body)
-    return WindowPlan(window=_result(policy, head, body, final), start_id=new_start, cut=new_start != start_id)
+    return WindowPlan(
+        window=_result(policy, [*front, *pinned], body, final),
+        start_id=new_start,
+        cut=new_start != start_id,
+        head=pinned,
+        head_end_id=head_end_id,
+    )
+
+
+def _opening(
+    turns: Sequence[_Turn], window: list[ChatMessage], policy: WindowPolicy, counts: dict[int, int]
+) -> list[ChatMessage]:
+    """The oldest whole turns that the cut to `window` (system message and kept turns) drops, within `head_tokens`
+    and half the room that window leaves under the high-water marks, so that it keeps room to grow (rule 11)."""
+    high, cut = policy.high(), _Budget(policy, policy.high(), counts).took(window)
+    room = _Limits(
+        messages=(high.messages - cut.messages) // 2,
+        tokens=min(policy.head_tokens or 0, (high.tokens - cut.tokens) // 2 if high.tokens is not None else 0),
+    )
+    budget = _Budget(policy, room, counts)
+    kept = next((m.id for m in window if isinstance(m, UserMessage)), None)
+    opening: list[ChatMessage] = []
+    for turn in turns:
+        if turn.user.id == kept or not budget.fits(turn.messages()):
+            break
+        budget.take(turn.messages())
+        opening += turn.messages()
+    return opening
+
+
+def _after_head(turns: Sequence[_Turn], head: Sequence[ChatMessage]) -> str | None:
+    ids = {m.id for m in head}
+    return next((t.user.id for t in turns if t.user.id not in ids), None)
 
 
 def _cut(
