@@ -47,6 +47,7 @@ ELSEWHERE = {
     "CREWAI_DISABLE_TELEMETRY": "src/agent_runtime/engine/flow/crewai/env.py",  # set for CrewAI before its import
     "OTEL_SDK_DISABLED": "src/agent_runtime/engine/flow/crewai/env.py",  # deliberately not set
     "DIRECT_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",  # the intent stage's routes
+    "BACKEND_AGENT_TOKEN": "config/tools.yaml",  # the example tool's header, read from the environment
     "RECALLED_MEMORIES_JSON": "src/agent_runtime/engine/user_memories/block.py",  # the recall block's markers
     "NEEDS_EXECUTION": "src/agent_runtime/engine/flow/crewai/flow.py",
     "PLAYGROUND_SCREENSHOT": "tests/browser/test_playground.py",  # where the browser test saves the docs' screenshot

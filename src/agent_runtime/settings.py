@@ -155,6 +155,10 @@ class Settings(BaseSettings):
     user_memories_searches_at_once: int = Field(default=8, ge=1, le=1000)
 
     crewai_config_dir: Path
+    # HTTP tools of the app's backend, offered to the execution stage (engine/flow/tools/http_tools.py); a missing
+    # file is none. Their calls carry who asks as a JWT signed with TOOL_IDENTITY_SECRET, required when any is set.
+    tools_file: Path
+    tool_identity_secret: SecretStr | None = None
     run_timeout_seconds: float = Field(default=300.0, gt=0)
     # Shutdown can take twice this plus 5 s (streams, then runs): keep the orchestrator's stop grace above it.
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
@@ -231,6 +235,7 @@ class Settings(BaseSettings):
             data.setdefault("pricing_file", base / "pricing.yaml")
             data.setdefault("models_file", base / "models.yaml")
             data.setdefault("crewai_config_dir", base / "crewai")
+            data.setdefault("tools_file", base / "tools.yaml")
         return data
 
     @field_validator("jwt_secret", mode="before")

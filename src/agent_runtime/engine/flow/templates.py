@@ -176,6 +176,21 @@ class FlowTemplates(_Frozen):
         """The summary call's output cap (`memory_summary.max_tokens`)."""
         return self.memory_summary.max_tokens
 
+    def granting(self, tools: Sequence[str], requires_approval: Sequence[str]) -> FlowTemplates:
+        """These templates with `tools` granted to the execution stage after the YAML's own, in order (the tools of
+        `TOOLS_FILE`); those in `requires_approval` run only after the user approves the call."""
+        agent = self.execution.agent
+        clash = sorted(set(tools) & set(agent.tools))
+        if clash:
+            raise TemplateConfigError(f"tools {clash} are granted in agents.yaml and configured in the tools file")
+        granted = agent.model_copy(
+            update={
+                "tools": [*agent.tools, *tools],
+                "requires_approval": [*agent.requires_approval, *requires_approval],
+            }
+        )
+        return self.model_copy(update={"execution": self.execution.model_copy(update={"agent": granted})})
+
     def tasks(self) -> dict[str, TaskTemplate]:
         """Every task by its name in tasks.yaml (the three stages and memory_summary)."""
         return {

@@ -186,3 +186,5 @@ class UserAgentContext:
     username: str
     bio: str | None
     settings: ProfileSettingsV1 | ProfileSettingsV2
+    # The run's session: what a configured tool's server is told besides the user (engine/flow/tools/identity.py).
+    session_id: UUID | None = None

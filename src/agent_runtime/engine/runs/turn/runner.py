@@ -169,7 +169,11 @@ class TurnRunner:
     async def run(self, job: TurnJob, gateway: RunGateway, recorder: RunRecorder) -> TurnResult:
         profile = job.profile
         agent_ctx = UserAgentContext(
-            user_id=profile.user_id, username=profile.username, bio=profile.bio, settings=profile.settings
+            user_id=profile.user_id,
+            username=profile.username,
+            bio=profile.bio,
+            settings=profile.settings,
+            session_id=job.session_id,
         )
         pending = job.plan.pending if job.plan.continues else None
         if pending is not None:
