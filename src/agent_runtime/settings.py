@@ -155,8 +155,8 @@ class Settings(BaseSettings):
     user_memories_searches_at_once: int = Field(default=8, ge=1, le=1000)
 
     crewai_config_dir: Path
-    # HTTP tools of the app's backend, offered to the execution stage (engine/flow/tools/http_tools.py); a missing
-    # file is none. Their calls carry who asks as a JWT signed with TOOL_IDENTITY_SECRET, required when any is set.
+    # HTTP and MCP tools of the app's backend, offered to the execution stage (engine/flow/tools/tools_file.py); a
+    # missing file is none. Their calls carry who asks as a JWT signed with TOOL_IDENTITY_SECRET, required with any.
     tools_file: Path
     tool_identity_secret: SecretStr | None = None
     run_timeout_seconds: float = Field(default=300.0, gt=0)

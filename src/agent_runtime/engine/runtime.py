@@ -18,7 +18,12 @@ from agent_runtime.engine.conversation.store import MessageStore
 from agent_runtime.engine.flow.configured_models import configured_models, refuse_unpriced
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
 from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES, Tool
-from agent_runtime.engine.flow.tools.http_tools import HttpTool, ToolsConfigError, configured_tools
+from agent_runtime.engine.flow.tools.tools_file import (
+    ConfiguredTools,
+    ToolsConfigError,
+    identity_signer,
+    load_tools_file,
+)
 from agent_runtime.engine.llm.call_builder import model_id_for_litellm
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.client import Clock
@@ -75,12 +80,11 @@ class EngineResources:
 
     engine: RuntimeEngine
     embedded: EmbeddedPostgres | None
-    http_tools: Sequence[HttpTool] = ()
+    configured_tools: ConfiguredTools = field(default_factory=ConfiguredTools)
 
     async def close(self) -> None:
         await self.engine.runs.aclose()
-        for tool in self.http_tools:
-            await tool.aclose()
+        await self.configured_tools.aclose()
         await self.engine.pool.close()
         if self.embedded is not None:
             self.embedded.stop()
@@ -93,13 +97,14 @@ def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemp
     catalog = ModelCatalog.load(settings.models_file)
     if settings.llm_model is not None:
         catalog.refuse_retired(model_id_for_litellm(settings.llm_model), "LLM_MODEL")
-    configured = [tool.spec for tool in http_tools_of(settings)]
-    clash = sorted({spec.name for spec in configured} & {*KNOWN_TOOL_NAMES, *(tool.name for tool in tools)})
+    tools_file = load_tools_file(settings.tools_file)
+    identity_signer(settings.tools_file, tools_file, _secret(settings))
+    clash = sorted(set(tools_file.names()) & {*KNOWN_TOOL_NAMES, *(tool.name for tool in tools)})
     if clash:
         raise ToolsConfigError(f"{settings.tools_file}: tools {clash} are already registered")
-    names = [tool.name for tool in tools] + [spec.name for spec in configured]
+    names = [tool.name for tool in tools] + tools_file.names()
     templates = load_flow_templates(settings.crewai_config_dir, names).granting(
-        [spec.name for spec in configured], [spec.name for spec in configured if spec.requires_approval]
+        tools_file.names(), tools_file.requiring_approval()
     )
     for name, task in templates.tasks().items():
         if task.model is not None:
@@ -114,18 +119,17 @@ def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemp
     return templates
 
 
-def http_tools_of(settings: Settings) -> list[HttpTool]:
-    """The HTTP tools `TOOLS_FILE` configures (none without the file)."""
+def _secret(settings: Settings) -> str | None:
     secret = settings.tool_identity_secret
-    return configured_tools(settings.tools_file, secret.get_secret_value() if secret is not None else None)
+    return secret.get_secret_value() if secret is not None else None
 
 
 async def open_engine(
     settings: Settings, *, clock: Clock | None = None, tools: Sequence[Tool[Any]] = ()
 ) -> EngineResources:
     templates = load_config(settings, tools)
-    http_tools = http_tools_of(settings)
-    tools = [*tools, *http_tools]
+    configured_tools = await ConfiguredTools.open(settings.tools_file, _secret(settings))
+    tools = [*tools, *configured_tools.tools]
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
@@ -142,8 +146,9 @@ async def open_engine(
             deadlines=settings.database_deadlines,
         )
     except BaseException:
+        await configured_tools.aclose()
         if embedded is not None:
             embedded.stop()
         raise
     engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock, tools=tools)
-    return EngineResources(engine=engine, embedded=embedded, http_tools=http_tools)
+    return EngineResources(engine=engine, embedded=embedded, configured_tools=configured_tools)

@@ -18,10 +18,11 @@ import yaml
 from aiohttp import web
 from pydantic import SecretStr
 from tests.conftest import User
-from tests.runs.conftest import MakeHarness, execution_done, intent_needs, organized, types
+from tests.runs.conftest import MakeHarness, execution_done, intent_direct, intent_needs, organized, types
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
+from tests.stubs.prefix_cache import serialise
 
-from agent_runtime.engine.flow.tools.http_tools import ToolsConfigError
+from agent_runtime.engine.flow.tools.tools_file import ToolsConfigError
 from agent_runtime.engine.runtime import load_config
 from agent_runtime.settings import Settings
 
@@ -188,6 +189,15 @@ async def test_a_configured_tool_is_offered_called_with_who_asks_and_answered(
             }
             for user in users
         ]
+        # A second turn of the first user: its first request starts with the whole first turn's, byte for byte (the
+        # provider's cached prefix: system prompt, the tools with the backend's, the turn).
+        before = len(h.stub.requests)
+        h.stub.enqueue(intent_direct("Glad to help."))
+        again = await h.run(users[0], sessions[0], "thanks!")
+        assert types(again.events)[-1] == "RUN_FINISHED", again.body
+        first_turn = [r for r in h.stub.requests[:before] if r.user_id == h.stub.requests[before].user_id]
+        shared = serialise({**first_turn[0].body, "messages": first_turn[0].messages[:-1]})
+        assert serialise(h.stub.requests[before].body).startswith(shared)
         capabilities = (await h.client.get("/v1/agui/capabilities", headers=users[0].headers)).json()
         listed = {tool["name"]: tool for tool in capabilities["tools"]["items"]}
         assert listed["friends_events"]["description"] == "Events the user's friends go to between two dates."

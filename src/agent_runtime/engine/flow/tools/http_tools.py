@@ -1,6 +1,4 @@
-"""Tools a product team plugs in from configuration (`TOOLS_FILE`, default `config/tools.yaml`): HTTP endpoints
-of the app's own backend, offered to the execution stage after the tools agents.yaml grants, in file order (so the
-tools array, part of the cached prefix, is the same bytes on every call).
+"""HTTP endpoints of the app's own backend as tools (`http:` in `TOOLS_FILE`, engine/flow/tools/tools_file.py).
 
 Each tool names its method, a URL template whose `{placeholders}` are arguments (percent-encoded into the path),
 the arguments (sent as the query of a GET or DELETE, as a JSON body otherwise), headers (`${NAME}` reads the
@@ -14,30 +12,20 @@ down, timeout, an error status, an answer too large or not JSON) is a tool resul
 from __future__ import annotations
 
 import json
-import os
-import re
 import string
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model, model_validator
 
-from agent_runtime.engine.flow.templates import TemplateConfigError
 from agent_runtime.engine.flow.tools.base import Tool, ToolArgs, ToolError
 from agent_runtime.engine.flow.tools.identity import IDENTITY_HEADER, IdentitySigner
 from agent_runtime.engine.profiles.models import UserAgentContext
 
-_NAME = r"^[a-z][a-z0-9_]{0,63}$"
-_ENV = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
+TOOL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 _TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
-
-
-class ToolsConfigError(TemplateConfigError):
-    """The tools file is invalid: start-up stops with this message."""
 
 
 class _Strict(BaseModel):
@@ -57,7 +45,7 @@ class ParameterSpec(_Strict):
 
 
 class HttpToolSpec(_Strict):
-    name: str = Field(pattern=_NAME, description="The tool's name as the model sees it.")
+    name: str = Field(pattern=TOOL_NAME_PATTERN, description="The tool's name as the model sees it.")
     description: str = Field(min_length=1, max_length=1000)
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
     url: str = Field(pattern=r"^https?://", description="`{name}` placeholders are arguments, percent-encoded.")
@@ -83,39 +71,11 @@ class HttpToolSpec(_Strict):
         return self
 
 
-class ToolsFile(_Strict):
-    http: list[HttpToolSpec] = Field(default_factory=list)
-
-
 class HttpToolAnswer(BaseModel):
     """What the model gets from an HTTP tool: the status and the answer (JSON as it came, or text)."""
 
     status: int
     data: JsonValue
-
-
-def load_tools_file(path: Path, environ: Mapping[str, str] | None = None) -> ToolsFile:
-    """The tools file, validated, its `${NAME}` headers filled from the environment; a missing file is no tools."""
-    if not path.exists():
-        return ToolsFile()
-    try:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
-        tools = ToolsFile.model_validate(raw or {})
-    except (yaml.YAMLError, ValidationError) as exc:
-        raise ToolsConfigError(f"{path}: {exc}") from None
-    env = os.environ if environ is None else environ
-    names = [spec.name for spec in tools.http]
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ToolsConfigError(f"{path}: duplicate tool names {duplicates}")
-    specs = []
-    for spec in tools.http:
-        missing = sorted({m for value in spec.headers.values() for m in _ENV.findall(value)} - set(env))
-        if missing:
-            raise ToolsConfigError(f"{path}: {spec.name}: headers need the environment variables {missing}")
-        headers = {key: _ENV.sub(lambda m: env[m.group(1)], value) for key, value in spec.headers.items()}
-        specs.append(spec.model_copy(update={"headers": headers}))
-    return ToolsFile(http=specs)
 
 
 def _args_model(spec: HttpToolSpec) -> type[ToolArgs]:
@@ -200,20 +160,3 @@ def _data(name: str, body: bytes, content_type: str) -> JsonValue:
     except ValueError:
         raise ToolError(f"{name}: the answer is not valid JSON") from None
     return data
-
-
-MIN_IDENTITY_SECRET_BYTES = 32
-
-
-def configured_tools(path: Path, secret: str | None) -> list[HttpTool]:
-    """The tools file's tools, ready to register; none without a file. Refuses tools without a signing secret."""
-    tools_file = load_tools_file(path)
-    if not tools_file.http:
-        return []
-    if secret is None or len(secret.encode()) < MIN_IDENTITY_SECRET_BYTES:
-        raise ToolsConfigError(
-            f"{path} configures tools: TOOL_IDENTITY_SECRET must be set, at least {MIN_IDENTITY_SECRET_BYTES} bytes "
-            "(the tool servers verify who asks with it)"
-        )
-    signer = IdentitySigner(secret)
-    return [HttpTool(spec, signer) for spec in tools_file.http]

@@ -1,4 +1,5 @@
-"""Who asks, for a tool server: a short-lived JWT in `X-Agent-Identity` on every call of a configured HTTP tool.
+"""Who asks, for a tool server: a short-lived JWT on every call of a configured tool (an HTTP tool's
+`X-Agent-Identity` header, an MCP tool's `_meta["agent-runtime/identity"]`).
 
 HS256 over `TOOL_IDENTITY_SECRET` (a secret shared with the tool servers, not JWT_SECRET: a tool server that can
 verify these tokens cannot mint tokens for this API). Claims: `iss` "agent-runtime", `aud` the tool's name (a

@@ -42,7 +42,9 @@ def agent_capabilities(
     settings: Settings, templates: FlowTemplates, tools: Mapping[str, Tool[Any]]
 ) -> agui.AgentCapabilities:
     server_tools = [
-        agui.Tool(name=name, description=tools[name].description, parameters=tools[name].args_model.model_json_schema())
+        agui.Tool(
+            name=name, description=tools[name].description, parameters=tools[name].openai_schema().function.parameters
+        )
         for name in templates.execution.agent.tools
     ]
     approvals = bool(templates.execution.agent.requires_approval)

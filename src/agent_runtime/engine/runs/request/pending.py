@@ -66,7 +66,7 @@ def approval_interrupts(turn: PendingTurn, tools: Mapping[str, Tool[Any]]) -> li
             tool_call_id=call.id,
             tool_name=call.name,
             arguments=call.arguments,
-            arguments_schema=tools[call.name].args_model.model_json_schema(),
+            arguments_schema=tools[call.name].openai_schema().function.parameters,
         )
         for call in turn.of_kind("approval")
     ]
