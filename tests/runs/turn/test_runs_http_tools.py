@@ -36,6 +36,8 @@ class Backend:
     url: str
     claims: list[dict[str, Any]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    in_flight: int = 0
+    most_in_flight: int = 0
 
 
 def _who_asks(request: web.Request, backend: Backend, tool: str) -> dict[str, Any] | None:
@@ -82,6 +84,15 @@ async def backend() -> AsyncIterator[Backend]:
     async def not_json(request: web.Request) -> web.Response:
         return web.Response(text="{not json", content_type="application/json")
 
+    async def held(request: web.Request) -> web.Response:
+        backend = state["b"]
+        backend.in_flight += 1
+        backend.most_in_flight = max(backend.most_in_flight, backend.in_flight)
+        await asyncio.sleep(0.2)
+        backend.in_flight -= 1
+        return web.json_response({"ok": True})
+
+    app.router.add_get("/held", held)
     app.router.add_get("/events", events)
     app.router.add_post("/drafts", drafts)
     app.router.add_get("/slow", slow)
@@ -238,6 +249,27 @@ async def test_a_server_down_slow_failing_oversized_or_not_json_is_a_tool_result
             "call_not_json": "not_json: the answer is not valid JSON",
         }
         assert elapsed < 5, "the slow server was cut at its timeout"
+
+
+async def test_calls_past_a_tools_concurrency_cap_wait_and_all_finish(
+    make_harness: MakeHarness, make_user: Callable[[], User], backend: Backend, tmp_path: Path
+) -> None:
+    tool = _query_tool("held", f"{backend.url}/held", max_concurrency=2)
+    async with make_harness(tools_file=_tools_file(tmp_path, tool), tool_identity_secret=SecretStr(SECRET)) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+        h.stub.enqueue(
+            intent_needs("Ask six times."),
+            _calls(*((f"call_{n}", "held", {"from_date": f"2026-12-0{n + 1}"}) for n in range(6))),
+            execution_done("Six answers.", {}),
+            organized("Done."),
+        )
+        result = await h.run(user, sid, "ask six times")
+
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        contents = [json.loads(e["content"]) for e in result.of_type("TOOL_CALL_RESULT")]
+        assert contents == [{"status": 200, "data": {"ok": True}}] * 6
+        assert backend.most_in_flight == 2, "three times the cap asked at once: two in flight, the rest waited"
 
 
 def _draft_tool(backend: Backend) -> dict[str, Any]:
