@@ -80,6 +80,10 @@ def settings(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Set
         # Long-term memories add a model call after each turn and a recall before it: the suite's scripted stubs
         # and statement counts assume none, so tests/user_memories/ turns them on where they are the subject.
         user_memories_enabled=False,
+        # The in-process engines of the whole session share one database, and each sweeps every user's runs: none
+        # takes another test's runs over. tests/test_takeover.py and tests/runs/ledger/test_runs_takeover_limits.py
+        # turn takeovers on, on databases of their own.
+        run_max_takeovers=0,
     )
 
 

@@ -32,9 +32,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # composes them.
     ("engine.runs.events",),
     ("engine.runs.request", "engine.runs.ledger"),
-    ("engine.runs.gateway",),
+    ("engine.runs.gateway", "engine.runs.takeover"),
     ("engine.runs.turn", "engine.runs.agui"),
     ("engine.runs",),
+    ("engine.tools_reload",),  # TOOLS_FILE's tools for the process's life: the run service takes new ones
     ("engine.runtime",),
     ("playground",),  # the page's built files and their mount
     ("api", "preflight"),

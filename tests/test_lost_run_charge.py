@@ -45,6 +45,7 @@ async def replicas(own_database_url: str, tmp_path_factory: pytest.TempPathFacto
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "RUN_HEARTBEAT_SECONDS": "1",
             "MAX_RUNS_PER_USER_PER_MINUTE": "0",
+            "RUN_MAX_TAKEOVERS": "0",  # the lost run's charge: the path past the last takeover
         }
         a, b = await asyncio.gather(
             start_serve("a", database_url=own_database_url, workdir=workdir, env={**env, "RUN_SWEEP_SECONDS": "3600"}),

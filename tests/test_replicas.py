@@ -1,7 +1,7 @@
 """Two real `serve` processes on one database, as two replicas behind a load balancer: run exclusivity and
 seq allocation hold across them; a stream dropped on one resumes on the other (byte for byte, exactly once,
 accepted by the official client), and a cancel sent to one stops a run on the other; a replica killed with
-SIGKILL mid-run has its run taken over by the other (failed, `run_lost`, also the end of its resumed stream)
+SIGKILL mid-run, with takeovers off, has its run failed by the other (`run_lost`, also the end of its resumed stream)
 within RUN_LEASE_SECONDS + RUN_SWEEP_SECONDS; and SIGTERM drains a replica so that the official AG-UI
 client sees RUN_ERROR `run_interrupted` before the connection closes.
 
@@ -12,17 +12,21 @@ SIGKILL test ends replica A, the SIGTERM test replica B.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from tests.conformance.harness import Case, assert_accepted, ensure_client_installed, run_client
+from tests.conformance.harness import (
+    Case,
+    assert_accepted,
+    ensure_client_installed,
+    official_client_accepts,
+    run_client,
+)
 from tests.conftest import User
 from tests.runs.conftest import STUB_API_KEY, intent_direct, parse_sse, sse_frames, stage_request_text
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply
@@ -38,7 +42,6 @@ HANG = "[hang]"
 SLOW = "[slow]"
 STREAM = "[stream]"
 ANSWER = "A resumable answer, streamed in small pieces so that a client can drop it halfway and come back. " * 3
-REPLAY_SCRIPT = Path(__file__).resolve().parent / "conformance" / "agui_replay.mjs"
 
 
 def respond(request: RecordedRequest) -> StubReply:
@@ -71,6 +74,9 @@ async def replicas(
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "RUN_HEARTBEAT_SECONDS": "1",
             "RUN_SWEEP_SECONDS": str(SWEEP_SECONDS),
+            # Runs of a dead replica are failed here (`run_lost`): the path past the last takeover
+            # (tests/test_takeover.py has them taken over).
+            "RUN_MAX_TAKEOVERS": "0",
             "SHUTDOWN_GRACE_SECONDS": "1",
         }
         a, b = await asyncio.gather(
@@ -149,25 +155,6 @@ async def test_a_session_runs_on_one_replica_at_a_time_and_its_seqs_continue_acr
     ]
 
 
-async def official_client_accepts(events: list[dict[str, Any]], thread_id: str, run_id: str) -> dict[str, Any]:
-    ensure_client_installed()
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(REPLAY_SCRIPT),
-        cwd=REPLAY_SCRIPT.parent,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    payload = json.dumps({"threadId": thread_id, "runId": run_id, "events": events}).encode()
-    out, err = await asyncio.wait_for(proc.communicate(payload), 60)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary: dict[str, Any] = json.loads(out)
-    assert summary["clientError"] is None and summary["warnings"] == [], summary
-    assert summary["eventTypes"] == [e["type"] for e in events], summary
-    return summary
-
-
 async def test_a_stream_dropped_on_one_replica_resumes_on_the_other_exactly_once(
     replicas: Replicas, user: User
 ) -> None:
@@ -231,7 +218,9 @@ async def test_a_cancel_sent_to_one_replica_stops_a_run_on_the_other(replicas: R
     assert runs["items"][0]["status"] == "cancelled"
 
 
-async def test_a_replica_killed_mid_run_has_its_run_taken_over_by_the_other(replicas: Replicas, user: User) -> None:
+async def test_a_replica_killed_mid_run_with_takeovers_off_has_its_run_failed_by_the_other(
+    replicas: Replicas, user: User
+) -> None:
     sid = await new_session(replicas.a, user)
     seen = len(replicas.stub.requests)
     on_a = asyncio.create_task(post_run(replicas.a, user, sid, f"{HANG} a question"))

@@ -18,6 +18,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -81,6 +82,8 @@ async def workers(database_url: str, tmp_path_factory: pytest.TempPathFactory) -
             "LLM_API_BASE": stub.base_url,
             "DEEPSEEK_API_KEY": STUB_API_KEY,
             "SHUTDOWN_GRACE_SECONDS": "1",
+            "TOOLS_FILE": str(workdir / "tools.yaml"),
+            "TOOL_IDENTITY_SECRET": "workers-tool-identity-secret-0123456789",
         }
         server = await start_serve("workers", database_url=database_url, workdir=workdir, env=env)
         try:
@@ -98,6 +101,31 @@ async def test_two_workers_serve_the_port_each_with_its_own_metrics_listener(wor
     assert [e[-1]["type"] for e in events] == ["RUN_FINISHED"] * 4
     lines = [json.loads(line) for line in workers.server.log_path.read_text().splitlines() if line.startswith("{")]
     assert {line["worker"] for line in lines if line["logger"] == "uvicorn.error"} == {0, 1}
+
+
+def _log_lines(server: ServeProcess) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in server.log_path.read_text().splitlines() if line.startswith("{")]
+
+
+async def test_sighup_to_the_parent_reloads_the_tools_file_in_every_worker(workers: Workers, user: User) -> None:
+    tool = {"name": "friends_events", "description": "Events.", "method": "GET", "url": "http://127.0.0.1:9/events"}
+    (workers.workdir / "tools.yaml").write_text(json.dumps({"http": [tool]}), encoding="utf-8")
+    os.kill(workers.server.proc.pid, signal.SIGHUP)
+
+    async def reloaded() -> list[dict[str, Any]]:
+        await asyncio.sleep(0.1)
+        return [line for line in _log_lines(workers.server) if line["msg"] == "tools reloaded"]
+
+    lines = await poll_until(reloaded, lambda found: len(found) == 2, within=30)
+    assert sorted((line["worker"], line["tools"], line["added"], line["removed"]) for line in lines) == [
+        (0, ["friends_events"], ["friends_events"], []),
+        (1, ["friends_events"], ["friends_events"], []),
+    ]
+    assert len(worker_pids(workers.server.proc.pid)) == 2, "a hang-up ends no process"
+    async with httpx.AsyncClient(base_url=workers.server.base_url, timeout=30) as client:
+        for _ in range(4):
+            capabilities = (await client.get("/v1/agui/capabilities", headers=user.headers)).json()
+            assert capabilities["tools"]["items"][-1]["name"] == "friends_events"
 
 
 async def test_a_killed_worker_is_replaced(workers: Workers, user: User) -> None:

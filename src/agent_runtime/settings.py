@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=30.0, ge=1)
     run_heartbeat_seconds: float = Field(default=10.0, gt=0)
     run_sweep_seconds: float = Field(default=10.0, gt=0)
+    # How often one run may be taken over by another process after its own died (engine/runs/takeover/); 0: never,
+    # a run whose process dies is lost (`run_lost`).
+    run_max_takeovers: int = Field(default=2, ge=0, le=10)
     run_events_retention_seconds: float = Field(default=86_400.0, ge=0)
 
     # Per-user quotas and CNY budgets, enforced by the database (migrations/0007); 0 = no limit.

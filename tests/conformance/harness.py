@@ -297,3 +297,25 @@ async def assert_messages_match(server: ServeProcess, case: Case, summary: dict[
         f"client: {json.dumps(theirs, indent=1)}\nstored: {json.dumps(ours, indent=1)}"
     )
     return ours
+
+
+_REPLAY_SCRIPT = Path(__file__).resolve().parent / "agui_replay.mjs"
+
+
+async def official_client_accepts(events: list[dict[str, Any]], thread_id: str, run_id: str) -> dict[str, Any]:
+    ensure_client_installed()
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(_REPLAY_SCRIPT),
+        cwd=_REPLAY_SCRIPT.parent,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    payload = json.dumps({"threadId": thread_id, "runId": run_id, "events": events}).encode()
+    out, err = await asyncio.wait_for(proc.communicate(payload), 60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    summary: dict[str, Any] = json.loads(out)
+    assert summary["clientError"] is None and summary["warnings"] == [], summary
+    assert summary["eventTypes"] == [e["type"] for e in events], summary
+    return summary

@@ -93,6 +93,8 @@ async def serving(pg: OwnPostgres, settings: Settings, **overrides: Any) -> Asyn
             "run_lease_seconds": 6.0,
             "run_heartbeat_seconds": 0.5,
             "run_sweep_seconds": 0.5,
+            # As shipped: a process never takes over a run it ended itself in an outage (engine/runs/takeover/).
+            "run_max_takeovers": 2,
             "db_pool_min_size": 2,
             "db_pool_max_size": 5,
         }

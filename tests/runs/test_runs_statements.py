@@ -34,6 +34,8 @@ def _kind(sql: str) -> str:
         return "events"
     if "INSERT INTO agent_chat_messages" in text:
         return "append"
+    if "SET resume_point" in text:
+        return "resume point"
     if "SET run_reserved_cny = run_reserved_cny +" in text:
         return "hold"
     if "WITH run AS (" in text and "FROM agent_run_events" in text:
@@ -65,7 +67,7 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
 
 
-async def test_a_full_run_with_a_tool_call_is_nine_statements_and_a_direct_one_six(
+async def test_a_full_run_with_a_tool_call_is_ten_statements_and_a_direct_one_six(
     h: Harness, make_user: Callable[[], User], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_user()
@@ -89,8 +91,20 @@ async def test_a_full_run_with_a_tool_call_is_nine_statements_and_a_direct_one_s
     # with a completed run is admitted holding twice what it cost, less than a call's worst case, and the hold
     # grows by exactly what the next call misses: engine/runs/ledger/reservation.py); the end (rows, status,
     # run row, totals, what the session waits for); the event log, written once, with its terminal event
-    # (nobody followed the run from another replica).
-    assert full == ["start", "snapshot", "window", "hold", "append", "append", "hold", "finish", "events"]
+    # (nobody followed the run from another replica); and the intent it decided, before the execution stage begins
+    # (what another process resumes the turn from if this one dies: engine/runs/takeover/).
+    assert full == [
+        "start",
+        "snapshot",
+        "window",
+        "hold",
+        "resume point",
+        "append",
+        "append",
+        "hold",
+        "finish",
+        "events",
+    ]
 
     h.stub.enqueue(intent_direct("hi"))
     with counted_statements(monkeypatch) as direct:

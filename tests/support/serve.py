@@ -143,6 +143,9 @@ async def launch_serve(
         DATA_DIR=str(workdir / f"data-{name}"),
         ENVIRONMENT="test",
         LITELLM_LOCAL_MODEL_COST_MAP="True",
+        # Servers of many tests share one database and each would take over the others' dead runs (as the suite's
+        # in-process engines, tests/conftest.py): the tests of takeovers turn them on, on databases of their own.
+        RUN_MAX_TAKEOVERS="0",
     )
     full_env.update(env or {})
     marker = full_env[MARKER_ENV] = marker_for(name)

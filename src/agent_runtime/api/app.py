@@ -17,6 +17,7 @@ from starlette.types import Scope
 from agent_runtime.api.errors import install_error_handlers
 from agent_runtime.api.middleware import RequestContextMiddleware, Shedder
 from agent_runtime.api.openapi import install_openapi
+from agent_runtime.api.reload_signal import reload_on_hangup
 from agent_runtime.api.routes import health, memories, metrics, profile, runs, sessions, usage
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.llm.client import Clock
@@ -66,6 +67,7 @@ def create_app(
         sampler = asyncio.create_task(
             sample_forever(resources.engine.pool, gc_pauses=gc_pauses), name="metrics-sampler"
         )
+        reloads = reload_on_hangup(resources.tools)
         own_port = settings.metrics_port if settings.metrics_enabled else None
         metrics_server = MetricsServer.start(settings.host, own_port) if own_port is not None else None
         try:
@@ -77,6 +79,7 @@ def create_app(
                 await resources.engine.runs.until_warm()
             yield
         finally:
+            reloads.close()
             sampler.cancel()
             gc_pauses.uninstall()
             if metrics_server is not None:

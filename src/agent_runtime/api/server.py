@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -114,6 +115,9 @@ def run_server(
 
     configure_logging(settings.log_level, worker=worker)
     configure_tracing(settings)
+    # SIGHUP reloads the tools once the lifespan has opened them (api/reload_signal.py); until then it must not end
+    # the process, which is what it does by default.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # SIGINT/SIGTERM first drain the runs (api/server.py: every open stream ends with a terminal event), then
     # uvicorn runs the lifespan shutdown, which closes the pool and stops the embedded PostgreSQL; nothing may
     # rely on atexit hooks.

@@ -15,7 +15,8 @@ log, quotas), so nothing else is needed between the workers.
 Signals: the parent forwards SIGTERM/SIGINT to every worker as SIGTERM, and each worker drains as a single
 server does (every open stream ends with a terminal event). A terminal's Ctrl-C also reaches the workers
 directly; the forwarded copy arrives within the window in which `DrainingServer` counts it as the same Ctrl-C.
-A second signal later than that forces the exit, as with one process. A worker that dies is replaced (its runs
+A second signal later than that forces the exit, as with one process. SIGHUP is passed on to every worker as it is
+(each reloads TOOLS_FILE: engine/tools_reload.py). A worker that dies is replaced (its runs
 are taken over by the lease sweep), also one killed during its start-up; one whose start-up failed (it exited
 before serving: a bad setting, no database, a broken CrewAI install failing its warm-up) stops the service
 instead, since its replacement would fail the same way. A worker whose parent dies drains and exits.
@@ -129,9 +130,15 @@ class Supervisor:
         self._signals.append(time.monotonic())
         os.write(self._wake_w, b"!")
 
+    def _on_hangup(self, sig: int, frame: FrameType | None) -> None:
+        for worker in self._workers:
+            if worker.process.is_alive() and worker.process.pid is not None:
+                os.kill(worker.process.pid, signal.SIGHUP)
+
     def run(self) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             self._workers = [self._spawn(i) for i in range(self._settings.workers)]
             status = self._supervise()
@@ -140,7 +147,7 @@ class Supervisor:
         finally:
             # The workers are gone and the process only stops the embedded PostgreSQL now: a late copy of the
             # Ctrl-C (uv forwards one) must not interrupt that with a KeyboardInterrupt.
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
             os.close(self._wake_r)
             os.close(self._wake_w)

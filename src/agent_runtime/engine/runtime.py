@@ -17,10 +17,11 @@ from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.conversation.store import MessageStore
 from agent_runtime.engine.flow.configured_models import configured_models, refuse_unpriced
 from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
-from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES, Tool
+from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.flow.tools.tools_file import (
     ConfiguredTools,
-    ToolsConfigError,
+    ToolsFile,
+    grant_tools_file,
     identity_signer,
     load_tools_file,
 )
@@ -30,6 +31,7 @@ from agent_runtime.engine.llm.client import Clock
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.service import RunService
 from agent_runtime.engine.sessions.service import SessionService
+from agent_runtime.engine.tools_reload import ToolsFileTools
 from agent_runtime.engine.usage.service import UsageService
 from agent_runtime.engine.user_memories.service import MemoryService
 from agent_runtime.settings import Settings
@@ -80,11 +82,12 @@ class EngineResources:
 
     engine: RuntimeEngine
     embedded: EmbeddedPostgres | None
-    configured_tools: ConfiguredTools = field(default_factory=ConfiguredTools)
+    # TOOLS_FILE's tools, reloaded on SIGHUP (api/app.py).
+    tools: ToolsFileTools
 
     async def close(self) -> None:
         await self.engine.runs.aclose()
-        await self.configured_tools.aclose()
+        await self.tools.aclose()
         await self.engine.pool.close()
         if self.embedded is not None:
             self.embedded.stop()
@@ -93,19 +96,31 @@ class EngineResources:
 def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemplates:
     """Validate the YAML configuration up front: a bad template, price table or model list, or a retired
     model id anywhere, stops start-up. `tools`: those registered beside the built-in ones."""
+    return _grant(settings, agent_templates(settings, tools, load_tools_file(settings.tools_file)), tools)
+
+
+def _grant(settings: Settings, loaded: AgentTemplates, tools: Sequence[Tool[Any]]) -> FlowTemplates:
+    registered = [tool.name for tool in tools]
+    return grant_tools_file(
+        settings.tools_file, loaded.templates, loaded.tools_file, registered=registered, secret=_secret(settings)
+    )
+
+
+@dataclass(frozen=True)
+class AgentTemplates:
+    """The YAML templates before `TOOLS_FILE`'s tools are granted, and that file as read."""
+
+    templates: FlowTemplates
+    tools_file: ToolsFile
+
+
+def agent_templates(settings: Settings, tools: Sequence[Tool[Any]], tools_file: ToolsFile) -> AgentTemplates:
     pricing = PricingTable.load(settings.pricing_file)
     catalog = ModelCatalog.load(settings.models_file)
     if settings.llm_model is not None:
         catalog.refuse_retired(model_id_for_litellm(settings.llm_model), "LLM_MODEL")
-    tools_file = load_tools_file(settings.tools_file)
-    identity_signer(settings.tools_file, tools_file, _secret(settings))
-    clash = sorted(set(tools_file.names()) & {*KNOWN_TOOL_NAMES, *(tool.name for tool in tools)})
-    if clash:
-        raise ToolsConfigError(f"{settings.tools_file}: tools {clash} are already registered")
     names = [tool.name for tool in tools] + tools_file.names()
-    templates = load_flow_templates(settings.crewai_config_dir, names).granting(
-        tools_file.names(), tools_file.requiring_approval()
-    )
+    templates = load_flow_templates(settings.crewai_config_dir, names)
     for name, task in templates.tasks().items():
         if task.model is not None:
             catalog.refuse_retired(model_id_for_litellm(task.model), f"{TASKS_FILE}: {name}.model")
@@ -116,7 +131,7 @@ def load_config(settings: Settings, tools: Sequence[Tool[Any]] = ()) -> FlowTemp
             f"MEMORY_SUMMARY_MAX_TOKENS ({settings.memory_summary_max_tokens})"
         )
     refuse_unpriced(configured_models(settings, templates, catalog), pricing, settings)
-    return templates
+    return AgentTemplates(templates=templates, tools_file=tools_file)
 
 
 def _secret(settings: Settings) -> str | None:
@@ -127,9 +142,10 @@ def _secret(settings: Settings) -> str | None:
 async def open_engine(
     settings: Settings, *, clock: Clock | None = None, tools: Sequence[Tool[Any]] = ()
 ) -> EngineResources:
-    templates = load_config(settings, tools)
-    configured_tools = await ConfiguredTools.open(settings.tools_file, _secret(settings))
-    tools = [*tools, *configured_tools.tools]
+    loaded = agent_templates(settings, tools, load_tools_file(settings.tools_file))
+    templates = _grant(settings, loaded, tools)
+    signer = identity_signer(settings.tools_file, loaded.tools_file, _secret(settings))
+    configured_tools = await ConfiguredTools.open(loaded.tools_file, signer)
     embedded: EmbeddedPostgres | None = None
     dsn = settings.database_url
     if dsn is None:
@@ -150,5 +166,9 @@ async def open_engine(
         if embedded is not None:
             embedded.stop()
         raise
-    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock, tools=tools)
-    return EngineResources(engine=engine, embedded=embedded, configured_tools=configured_tools)
+    registered = [*tools, *configured_tools.tools]
+    engine = RuntimeEngine(settings=settings, pool=pool, templates=templates, dsn=dsn, clock=clock, tools=registered)
+    file_tools = ToolsFileTools(
+        settings.tools_file, _secret(settings), engine.runs, loaded.templates, tools, configured_tools
+    )
+    return EngineResources(engine=engine, embedded=embedded, tools=file_tools)

@@ -21,6 +21,7 @@ from tests.conftest import User
 from tests.runs.conftest import MakeHarness, execution_done, intent_direct, intent_needs, organized, types
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
 from tests.stubs.prefix_cache import serialise
+from tests.support.local_http import serving
 
 from agent_runtime.engine.flow.tools.tools_file import ToolsConfigError
 from agent_runtime.engine.runtime import load_config
@@ -99,14 +100,9 @@ async def backend() -> AsyncIterator[Backend]:
     app.router.add_get("/big", big)
     app.router.add_get("/boom", boom)
     app.router.add_get("/not-json", not_json)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state["b"] = Backend(url=f"http://127.0.0.1:{port}")
-    yield state["b"]
-    await runner.cleanup()
+    async with serving(app) as url:
+        state["b"] = Backend(url=url)
+        yield state["b"]
 
 
 def _closed_port() -> int:

@@ -1,12 +1,15 @@
 """MCP servers from `TOOLS_FILE` (issue 34): the SDK's own server (tests/support/mcp_server.py) over streamable HTTP
 and over stdio, its allowed tools offered with the schemas it listed at start-up and called with who asks in `_meta`
 (checked by the server), failures as tool results, approvals as interrupts, and servers that cannot be used refused
-at start-up."""
+at start-up; a reload (SIGHUP) lists a server's tools again, and one down then changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,10 +26,12 @@ from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, execution_done, intent_needs, organized, types
 from tests.stubs.deepseek_stub import StubReply, StubToolCall
 from tests.support import mcp_server
+from tests.support.local_http import logged
 from tests.support.serve import poll_until
 
 from agent_runtime.engine.flow.templates import TemplateConfigError
-from agent_runtime.engine.flow.tools.tools_file import ConfiguredTools, ToolsConfigError
+from agent_runtime.engine.flow.tools.identity import IdentitySigner
+from agent_runtime.engine.flow.tools.tools_file import ConfiguredTools, ToolsConfigError, load_tools_file
 from agent_runtime.engine.runtime import load_config
 from agent_runtime.settings import Settings
 
@@ -242,11 +247,11 @@ async def test_an_mcp_server_that_cannot_be_used_stops_start_up(
     unreachable = _server(
         "http", f"http://127.0.0.1:{_free_port()}/mcp", {"name": "friends_events"}, connect_timeout_seconds=1
     )
-    with pytest.raises(TemplateConfigError, match="MCP server 'social' did not answer at start-up"):
-        await ConfiguredTools.open(_tools_file(tmp_path, unreachable), identity_secret)
+    with pytest.raises(TemplateConfigError, match="MCP server 'social' did not answer when connecting"):
+        await ConfiguredTools.open(load_tools_file(_tools_file(tmp_path, unreachable)), IdentitySigner(identity_secret))
     lacking = _server("http", http_server.url, {"name": "no_such_tool"})
     with pytest.raises(TemplateConfigError, match=r"MCP server 'social' has no tools \['no_such_tool'\]"):
-        await ConfiguredTools.open(_tools_file(tmp_path, lacking), identity_secret)
+        await ConfiguredTools.open(load_tools_file(_tools_file(tmp_path, lacking)), IdentitySigner(identity_secret))
 
 
 @pytest.mark.parametrize(
@@ -280,3 +285,37 @@ def test_a_service_without_mcp_servers_never_imports_the_mcp_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+async def test_a_reload_lists_the_servers_tools_again_and_a_server_down_changes_nothing(
+    make_harness: MakeHarness,
+    make_user: Callable[[], User],
+    http_server: HttpMcpServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = _tools_file(tmp_path, _server("http", http_server.url, {"name": "friends_events"}))
+    async with make_harness(tools_file=path, tool_identity_secret=SecretStr(SECRET)) as h:
+        user = make_user()
+        sid = await h.new_session(user)
+
+        async def offered() -> list[str]:
+            capabilities = (await h.client.get("/v1/agui/capabilities", headers=user.headers)).json()
+            return [tool["name"] for tool in capabilities["tools"]["items"]]
+
+        _tools_file(tmp_path, _server("http", http_server.url, {"name": "friends_events"}, {"name": "broken"}))
+        os.kill(os.getpid(), signal.SIGHUP)
+        now = await poll_until(offered, lambda names: "broken" in names, within=15)
+        assert now[-2:] == ["friends_events", "broken"]
+        broken = json.loads(await _ask_friends(h, user, sid, tool="broken"))
+        assert broken["error"].startswith("broken: "), broken
+
+        down = _server("http", f"http://127.0.0.1:{_free_port()}/mcp", {"name": "chatty"}, connect_timeout_seconds=1)
+        _tools_file(tmp_path, down)
+        with caplog.at_level(logging.ERROR, logger="agent_runtime.engine.tools_reload"):
+            os.kill(os.getpid(), signal.SIGHUP)
+            record = await logged(caplog, "tools not reloaded: the tools in use stay", within=15)
+        assert "MCP server 'social' did not answer when connecting" in record.__dict__["error"]
+        assert await offered() == now
+        friends = json.loads(await _ask_friends(h, user, sid))
+        assert friends["structured"]["for"] == str(user.ctx.user_id)

@@ -216,7 +216,7 @@ async def agui_capabilities(engine: Engine, ctx: Caller) -> AgentCapabilities:
     streams it), human in the loop (approvals as interrupts, client tools), image input (when every stage's model
     takes images), long-term memory (when on), resumable streams, and (under `custom`) cancel. Derived from the
     running configuration."""
-    return agent_capabilities(engine.settings, engine.templates, engine.runs.tool_map)
+    return agent_capabilities(engine.settings, engine.runs.grants)
 
 
 # The routes that start a run: while the process is full or draining, the middleware refuses them before

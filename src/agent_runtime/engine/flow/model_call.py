@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.errors import UpstreamError
+from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.llm.models import ToolSchema
 
 
@@ -73,6 +74,22 @@ class StageToolResult(BaseModel):
 
 # Called on the event-loop thread; it must not block (enqueue and return).
 EventSink = Callable[[StageToolResult], None]
+
+
+class IntentDecided(BaseModel):
+    """A turn's intent, decided, on its way to the execution stage: what that stage needs to be resumed without the
+    intent call (by a run after approvals, or by another process taking the run over)."""
+
+    user_input: str = Field(description="The execution stage's request text, so a resumed stage sends it again.")
+    intent: IntentResult
+    intent_answer: str | None = Field(
+        default=None, description="The intent answer as the model wrote it (None in turns stored before it was kept)."
+    )
+    intent_reasoning: str | None = Field(default=None, description="The intent answer's reasoning (thinking mode).")
+
+
+# Awaited before the execution stage's first call: the run stores the decision (engine/runs/takeover/).
+IntentSink = Callable[[IntentDecided], Awaitable[None]]
 
 
 class StageOutputError(UpstreamError):

@@ -123,7 +123,7 @@ class StageTools:
 
     async def _outcome(self, call: ToolCallSpec) -> ToolOutcome:
         try:
-            return await self._toolset.run(call.name, call.arguments)
+            return await self._toolset.run(call.name, call.arguments, call_id=call.id)
         except Exception:
             # Tools catch their own failures: this is a bug around them, whose text neither the model nor the client
             # may see.

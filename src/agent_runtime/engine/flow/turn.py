@@ -20,7 +20,7 @@ from agent_runtime.engine.conversation.metadata import ToolCallSpec
 from agent_runtime.engine.flow.contracts import IntentResult
 from agent_runtime.engine.flow.crewai import bookkeeping
 from agent_runtime.engine.flow.crewai import env as crewai_env
-from agent_runtime.engine.flow.model_call import CallModel, EventSink, ToolCallsPending
+from agent_runtime.engine.flow.model_call import CallModel, EventSink, IntentSink, ToolCallsPending
 from agent_runtime.engine.flow.stage import MAX_TOOL_ITERATIONS
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import ToolRegistry
@@ -59,6 +59,8 @@ class TurnPorts:
     on_tool_result: EventSink | None
     tools: ToolRegistry
     user: UserAgentContext
+    # Hears the intent a turn decided before its execution stage begins (None: nobody needs it).
+    on_intent: IntentSink | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ async def run_turn(turn: TurnInput, ports: TurnPorts, config: AgentConfig) -> Tu
         user_context=ports.user,
         tool_registry=ports.tools,
         sink=ports.on_tool_result,
+        on_intent=ports.on_intent,
         max_json_retries=config.max_json_retries,
         max_tool_iterations=config.max_tool_iterations,
     )

@@ -188,3 +188,5 @@ class UserAgentContext:
     settings: ProfileSettingsV1 | ProfileSettingsV2
     # The run's session: what a configured tool's server is told besides the user (engine/flow/tools/identity.py).
     session_id: UUID | None = None
+    # The run: with a tool call's id, the call's idempotency key (engine/flow/tools/call_identity.py).
+    run_id: UUID | None = None

@@ -58,6 +58,12 @@ class Admission:
         self.in_flight += 1
         metrics.runs_in_flight(self.in_flight)
 
+    def take(self) -> None:
+        """Take a slot for a run taken over from a dead process (engine/runs/takeover/): it was claimed for the room
+        this process had, and runs even if requests filled that room since."""
+        self.in_flight += 1
+        metrics.runs_in_flight(self.in_flight)
+
     def release(self) -> None:
         self.in_flight -= 1
         metrics.runs_in_flight(self.in_flight)

@@ -5,6 +5,7 @@ A run's life, room by room (admission, start, flow, end or sweep, drain, the eve
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -19,8 +20,10 @@ from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
+from agent_runtime.engine.flow.model_call import IntentDecided
 from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import Tool, engine_tools
+from agent_runtime.engine.flow.tools.grants import ToolGrants
 from agent_runtime.engine.flow.turn import is_agent_bookkeeping, prepare_agent
 from agent_runtime.engine.llm.client import Clock, LLMClient
 from agent_runtime.engine.llm.inline_requests import builds_an_async_request
@@ -34,7 +37,7 @@ from agent_runtime.engine.runs.agui.input import AguiRequest, is_legacy_client, 
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.hub import RunEventHub, run_not_found
-from agent_runtime.engine.runs.events.log import LoggedEvent
+from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
 from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.events.store import EventStore
 from agent_runtime.engine.runs.gateway.recorder import RunRecorder
@@ -42,7 +45,7 @@ from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_ow
 from agent_runtime.engine.runs.ledger.finish import CANCELLED, RunEnding, RunFailure
 from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
 from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
-from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary
+from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary, StartedRun
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
@@ -54,6 +57,8 @@ from agent_runtime.engine.runs.request.turn_input import (
     message_token_limit,
     rows_to_store,
 )
+from agent_runtime.engine.runs.takeover.decisions import takeover_decisions
+from agent_runtime.engine.runs.takeover.store import ClaimedRun, TakeoverStore
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
@@ -62,6 +67,9 @@ from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# A run's input fields stored as its rows: the copy a takeover reads leaves them out (images are big).
+_STORED_AS_ROWS = {"new_messages", "tool_results", "ignored"}
 
 # A stopped run's wait for its cancelled model calls (they record what they were billed): a bound, not a delay.
 SETTLE_SECONDS = 1.0
@@ -85,7 +93,6 @@ class RunService:
         self._settings = settings
         self._pool = pool
         self._messages = messages
-        self._templates = templates
         self._warmup = Warmup(settings, clock=clock)
         self._jobs: dict[UUID, RunJob] = {}
         # Every run task until it is done (a run leaves `_jobs` a moment earlier, before its log's last write).
@@ -102,7 +109,9 @@ class RunService:
             endings=log_endings(),
             reserve=self._reservation.chunk,
             least_reserve=self._reservation.floor,
+            most_takeovers=settings.run_max_takeovers,
         )
+        self.takeovers = TakeoverStore(pool, owner=self.store.owner, lease_seconds=settings.run_lease_seconds)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(
             self.store,
@@ -112,18 +121,29 @@ class RunService:
             held=lambda: [job.held() for job in self._jobs.values()],
             on_lost=self._lost,
             on_cancel=self._cancel_requested,
+            take_over=self.take_over,
         )
         self.events = EventStore(pool)
         connect_timeout = settings.database_connect_timeout_seconds
         self.hub = RunEventHub(self.events, dsn=dsn, on_cancel=self._cancel_requested, connect_timeout=connect_timeout)
         self.memories = MemoryService(settings, pool, self._client)
-        self._tools = engine_tools(ProfileService(pool), self.memories, tools)
-        self.tool_map = {name: self._tools.get(name) for name in self._tools.names()}
+        self._profiles = ProfileService(pool)
+        self.grants = ToolGrants(templates, engine_tools(self._profiles, self.memories, tools))
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, templates, self._tools, self._client, memories=self.memories)
+        self._turns = TurnRunner(settings, pool, messages, templates, self._client, memories=self.memories)
         self._stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
         self._images = image_policy(self._stage_options, settings)
         prepare_agent(settings.data_dir)
+
+    @property
+    def tool_map(self) -> dict[str, Tool[Any]]:
+        return self.grants.by_name
+
+    def regrant(self, templates: FlowTemplates, tools: Sequence[Tool[Any]]) -> set[asyncio.Task[None]]:
+        """Runs that start from now on get `templates`' tools, found among `tools` and the engine's own (a reload
+        of TOOLS_FILE); returns the runs in flight, which keep the tools they started with."""
+        self.grants = ToolGrants(templates, engine_tools(self._profiles, self.memories, tools))
+        return set(self._tasks)
 
     def _client(self) -> LLMClient:
         return self._warmup.client()
@@ -164,7 +184,7 @@ class RunService:
                 ctx,
                 agui_input,
                 self._pending,
-                server_tools=self._tools.names(),
+                server_tools=self.grants.registry.names(),
                 offer_tools=self._settings.agui_frontend_tools,
             )
             if request.run_input is None:
@@ -206,25 +226,87 @@ class RunService:
         events.run_started()
         if run_input.ignored:
             events.notice("input_ignored", {"messages": [m.model_dump() for m in run_input.ignored]})
+        plan = admitted.plan
+        resumes = plan.pending.decided() if plan.continues and plan.pending else None
+        self._launch(ctx, started, run_input, plan, events, stream.log, resumes=resumes)
+        return RunHandle(session_id=session_id, run_id=started.run_id, events=stream)
+
+    def _launch(
+        self,
+        ctx: RequestContext,
+        started: StartedRun,
+        run_input: RunInput,
+        plan: TurnPlan,
+        events: RunEvents,
+        log: RunEventLog,
+        *,
+        resumes: IntentDecided | None,
+    ) -> None:
         turn = TurnJob(
             ctx=ctx,
-            session_id=session_id,
+            session_id=started.session.id,
             run_id=started.run_id,
             profile=started.profile,
             run_input=run_input,
-            plan=admitted.plan,
+            plan=plan,
             client_state=started.client_state,
             events=events,
             state=RunStateTracker(events, str(started.run_id)),
+            grants=self.grants,
+            resumes=resumes,
+            on_intent=functools.partial(self.takeovers.record_resume_point, ctx, started.run_id),
             has_memories=started.has_memories,
             memory_generation=started.memory_generation,
         )
-        job = RunJob(ctx, started, turn, stream.log)
+        job = RunJob(ctx, started, turn, log)
         self._jobs[started.run_id] = job
         job.task = asyncio.create_task(self._execute(job), name=f"run-{started.run_id}")
         self._tasks.add(job.task)
         job.task.add_done_callback(self._tasks.discard)
-        return RunHandle(session_id=session_id, run_id=started.run_id, events=stream)
+
+    # -- takeover (engine/runs/takeover/) -------------------------------------------------------------
+
+    async def take_over(self) -> None:
+        """Claim the runs of dead processes this one has room for, and go on with each from its last stored step."""
+        room = 0 if self.admission.draining else self.admission.limit - self.admission.in_flight
+        for claimed in await self.takeovers.claim(room, most_takeovers=self._settings.run_max_takeovers):
+            self.admission.take()
+            try:
+                await self._resume_claimed(claimed)
+            except BaseException:
+                self.admission.release()
+                raise
+
+    async def _resume_claimed(self, claimed: ClaimedRun) -> None:
+        ctx, run_input = claimed.ctx, claimed.run_input
+        decisions = []
+        if claimed.resumes is not None:
+            thread = await visible_thread(self._messages, ctx, claimed.session.id)
+            approval = self.grants.requiring_approval
+            decisions = takeover_decisions(thread, run_input, self.tool_map, approval=approval)
+        started = StartedRun(
+            session=claimed.session,
+            run_id=claimed.run_id,
+            first_seq=claimed.first_seq,
+            profile=claimed.profile,
+            client_state=claimed.client_state,
+            reserved_cny=claimed.reserved_cny,
+            has_memories=claimed.has_memories,
+            memory_generation=claimed.memory_generation,
+            takeovers=claimed.takeovers,
+        )
+        event_log = self.hub.open_log(claimed.run_id, ctx.user_id, after=claimed.first_event_seq)
+        event_log.go_live()  # its client is likely reconnecting, on any replica
+        thread_id, run_id = str(claimed.session.id), str(claimed.run_id)
+        stream = AguiStream(thread_id=thread_id, run_id=run_id, log=event_log, legacy=run_input.legacy)
+        events = RunEvents(stream.emit)
+        stream.handed_over(claimed.takeovers)
+        events.run_started()
+        events.notice("run_resumed", {"takeover": claimed.takeovers, "from_intent": claimed.resumes is not None})
+        plan = TurnPlan(pending=None, continues=False, decisions=decisions, closing_results=[])
+        log_extra = {"run_id": run_id, "session_id": thread_id, "takeover": claimed.takeovers}
+        log.warning("run taken over from a process that stopped renewing its lease", extra=log_extra)
+        self._launch(ctx, started, run_input, plan, events, stream.log, resumes=claimed.resumes)
 
     async def _start_in_db(self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan) -> Started:
         run_id = run_input.run_id or uuid4()
@@ -232,9 +314,19 @@ class RunService:
         while True:
             expected = plan.pending.id if plan.pending is not None else None
             rows = rows_to_store(run_input, plan, run_id)
+            resumes = plan.pending.decided().model_dump(mode="json") if plan.continues and plan.pending else None
             try:
                 started = await self.store.start(
-                    ctx, session_id, run_id, rows, pending_id=expected, client_state=state, regenerate=regenerate
+                    ctx,
+                    session_id,
+                    run_id,
+                    rows,
+                    pending_id=expected,
+                    client_state=state,
+                    regenerate=regenerate,
+                    # Its messages and results are the rows above: what a takeover needs besides them.
+                    run_input=run_input.model_dump(mode="json", exclude=_STORED_AS_ROWS),
+                    resume_point=resumes,
                 )
             except RunIdTakenError:
                 if regenerate:

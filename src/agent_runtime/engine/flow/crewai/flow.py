@@ -32,7 +32,7 @@ from agent_runtime.engine.flow.contracts import (
     intent_request,
 )
 from agent_runtime.engine.flow.crewai.env import require_crewai_env
-from agent_runtime.engine.flow.model_call import CallModel, EventSink
+from agent_runtime.engine.flow.model_call import CallModel, EventSink, IntentDecided, IntentSink
 from agent_runtime.engine.flow.prompt import StagePromptPayload, build_stage_prompt_payload
 from agent_runtime.engine.flow.stage import MAX_TOOL_ITERATIONS, StageSpec, run_stage
 from agent_runtime.engine.flow.stage_tools import StageTools
@@ -106,6 +106,7 @@ class FlowDeps:
     user_context: UserAgentContext
     tool_registry: ToolRegistry
     sink: EventSink | None = None
+    on_intent: IntentSink | None = None
     max_json_retries: int = 2
     max_tool_iterations: int = MAX_TOOL_ITERATIONS
 
@@ -135,6 +136,15 @@ class AgentFlow(Flow[AgentFlowState]):
         answer = self._transcripts["intent"][-1]
         state.intent_answer = str(answer["content"])
         state.intent_reasoning = answer.get("reasoning_content")
+        on_intent = self._require_deps().on_intent
+        if on_intent is not None and state.intent.route == "NEEDS_EXECUTION":
+            decided = IntentDecided(
+                user_input=state.user_input,
+                intent=state.intent,
+                intent_answer=state.intent_answer,
+                intent_reasoning=state.intent_reasoning,
+            )
+            await on_intent(decided)
         return state.intent
 
     @router(intent)

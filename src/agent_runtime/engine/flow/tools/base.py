@@ -75,14 +75,18 @@ class Tool(ABC, Generic[ArgsT]):
         args_model: type[ArgsT],
         timeout_seconds: float = DEFAULT_TOOL_TIMEOUT_SECONDS,
         cancellable: bool = True,
+        idempotent: bool = False,
     ) -> None:
         """`cancellable`: a run stopped while the tool runs may cut it (its coroutine is cancelled); False for a
-        tool whose effect must not be left half done: it finishes first, within `timeout_seconds`."""
+        tool whose effect must not be left half done: it finishes first, within `timeout_seconds`. `idempotent`:
+        running it twice with the same arguments does what running it once does, so a run taken over by another
+        process runs it again when its result was not stored (else the model is told its outcome is unknown)."""
         self.name = name
         self.description = description
         self.args_model = args_model
         self.timeout_seconds = timeout_seconds
         self.cancellable = cancellable
+        self.idempotent = idempotent
 
     @functools.cached_property
     def _schema(self) -> ToolSchema:

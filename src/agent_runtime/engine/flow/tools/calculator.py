@@ -177,6 +177,7 @@ class CalculatorTool(Tool[CalculatorArgs]):
             name="calculator",
             description="Evaluate an arithmetic expression exactly (decimal arithmetic) and return the result.",
             args_model=CalculatorArgs,
+            idempotent=True,
         )
 
     async def execute(self, args: CalculatorArgs, ctx: UserAgentContext) -> CalculatorResult:

@@ -41,6 +41,7 @@ class CurrentTimeTool(Tool[CurrentTimeArgs]):
             name="current_time",
             description="Get the current local date, time and weekday in the user's time zone. Takes no arguments.",
             args_model=CurrentTimeArgs,
+            idempotent=True,
         )
         self._clock = clock
 

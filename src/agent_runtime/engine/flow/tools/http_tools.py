@@ -21,6 +21,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model, model_validator
 
 from agent_runtime.engine.flow.tools.base import Tool, ToolArgs, ToolError
+from agent_runtime.engine.flow.tools.call_identity import IDEMPOTENCY_HEADER, idempotency_key
 from agent_runtime.engine.flow.tools.identity import IDENTITY_HEADER, IdentitySigner
 from agent_runtime.engine.profiles.models import UserAgentContext
 
@@ -55,6 +56,11 @@ class HttpToolSpec(_Strict):
     max_result_bytes: int = Field(default=16_384, ge=1, le=1_048_576)
     max_concurrency: int = Field(default=10, ge=1, le=1000, description="Calls in flight at once; more wait.")
     requires_approval: bool = False
+    idempotent: bool | None = Field(
+        default=None,
+        description="Calling it twice does what calling it once does (a run taken over after its process died calls "
+        "it again when its result was not stored). Default: true for GET, false otherwise.",
+    )
 
     @model_validator(mode="after")
     def _placeholders_are_parameters(self) -> HttpToolSpec:
@@ -65,9 +71,10 @@ class HttpToolSpec(_Strict):
         optional = sorted(field for field in fields if not self.parameters[field].required)
         if optional:
             raise ValueError(f"url placeholders {optional} must be required parameters")
-        reserved = [name for name in self.headers if name.lower() == IDENTITY_HEADER.lower()]
+        ours = {IDENTITY_HEADER.lower(), IDEMPOTENCY_HEADER.lower()}
+        reserved = [name for name in self.headers if name.lower() in ours]
         if reserved:
-            raise ValueError(f"header {IDENTITY_HEADER} is set by the server")
+            raise ValueError(f"headers {IDENTITY_HEADER} and {IDEMPOTENCY_HEADER} are set by the server")
         return self
 
 
@@ -105,6 +112,7 @@ class HttpTool(Tool[ToolArgs]):
             description=spec.description,
             args_model=_args_model(spec),
             timeout_seconds=spec.timeout_seconds,
+            idempotent=spec.idempotent if spec.idempotent is not None else spec.method == "GET",
         )
         self.spec = spec
         self._signer = signer
@@ -128,6 +136,9 @@ class HttpTool(Tool[ToolArgs]):
         url = self.spec.url.format(**{name: quote(str(values[name]), safe="") for name in path_fields})
         rest = {name: value for name, value in values.items() if name not in path_fields}
         headers = {**self.spec.headers, IDENTITY_HEADER: self._signer.sign(self.name, ctx)}
+        key = idempotency_key()
+        if key is not None:
+            headers[IDEMPOTENCY_HEADER] = key
         in_query = self.spec.method in ("GET", "DELETE")
         request_args: dict[str, Any] = {"params": _query(rest)} if in_query else {"json": rest}
         try:

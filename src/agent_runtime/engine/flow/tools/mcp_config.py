@@ -15,6 +15,11 @@ class McpToolGrant(BaseModel):
 
     name: str = Field(pattern=TOOL_NAME_PATTERN, description="The server's tool, offered to the model under this name.")
     requires_approval: bool = False
+    idempotent: bool | None = Field(
+        default=None,
+        description="Calling it twice does what calling it once does (a run taken over after its process died calls "
+        "it again when its result was not stored). Default: the server's idempotentHint or readOnlyHint.",
+    )
 
 
 class McpServerSpec(BaseModel):

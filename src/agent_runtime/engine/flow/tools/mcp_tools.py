@@ -3,9 +3,10 @@
 
 One `McpServer` per configured server owns its connection in a task of its own on the app's loop (the SDK's
 sessions are anyio task groups: entered and left by the same task): it connects, initialises and lists the tools
-at start-up (a server that cannot be reached, or lacks an allowed tool, stops start-up), then waits; a call that
+at start-up or on a reload (a server that cannot be reached, or lacks an allowed tool, stops start-up or fails the
+reload), then waits; a call that
 finds the connection broken is an error result and the task reconnects behind it. Calls from any run share the
-session. The tool list, schemas included, is the one read at start-up, so a conversation's cached prefix never
+session. The tool list, schemas included, is the one read when the server was started, so a run's cached prefix never
 changes under it. Each call carries who asks in the request's `_meta` (`IDENTITY_META_KEY`: the same JWT as the
 HTTP tools' header), which a server reads from its request context.
 """
@@ -17,6 +18,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 from mcp import ClientSession, StdioServerParameters
@@ -28,14 +30,17 @@ from pydantic import BaseModel, ConfigDict, JsonValue
 
 from agent_runtime.engine.flow.templates import TemplateConfigError
 from agent_runtime.engine.flow.tools.base import Tool, ToolError
+from agent_runtime.engine.flow.tools.call_identity import idempotency_key
 from agent_runtime.engine.flow.tools.identity import IdentitySigner
-from agent_runtime.engine.flow.tools.mcp_config import McpServerSpec
+from agent_runtime.engine.flow.tools.mcp_config import McpServerSpec, McpToolGrant
 from agent_runtime.engine.llm.models import FunctionSpec, ToolSchema
 from agent_runtime.engine.profiles.models import UserAgentContext
 
 log = logging.getLogger(__name__)
 
 IDENTITY_META_KEY = "agent-runtime/identity"
+# The call's idempotency key (engine/flow/tools/call_identity.py).
+IDEMPOTENCY_META_KEY = "agent-runtime/idempotency-key"
 RECONNECT_DELAY_SECONDS = 1.0
 CLOSE_TIMEOUT_SECONDS = 5.0
 # Of a tool's timeout, how long a call waits for the server's answer before it gives up and reconnects.
@@ -76,7 +81,7 @@ class McpServer:
         except TimeoutError:
             await self.aclose()
             reason = f": {self._failure}" if self._failure is not None else ""
-            raise TemplateConfigError(f"MCP server {self.spec.name!r} did not answer at start-up{reason}") from None
+            raise TemplateConfigError(f"MCP server {self.spec.name!r} did not answer when connecting{reason}") from None
         missing = sorted({grant.name for grant in self.spec.tools} - set(self.listed))
         if missing:
             await self.aclose()
@@ -154,20 +159,30 @@ async def _sleep_unless(event: asyncio.Event, seconds: float) -> None:
 
 
 class McpTool(Tool[BaseModel]):
-    """One allowed tool of an MCP server, offered with the schema the server listed at start-up."""
+    """One allowed tool of an MCP server, offered with the schema the server listed when it was started."""
 
-    def __init__(self, server: McpServer, listed: mcp_types.Tool, signer: IdentitySigner) -> None:
+    def __init__(self, server: McpServer, listed: mcp_types.Tool, grant: McpToolGrant, signer: IdentitySigner) -> None:
+        hints = listed.annotations
+        hinted = hints is not None and bool(hints.idempotentHint or hints.readOnlyHint)
         super().__init__(
             name=listed.name,
             description=listed.description or listed.name,
             args_model=_AnyArgs,
             timeout_seconds=server.spec.timeout_seconds,
+            idempotent=grant.idempotent if grant.idempotent is not None else hinted,
         )
         self._server = server
         self._schema_of_server = ToolSchema(
             function=FunctionSpec(name=listed.name, description=self.description, parameters=listed.inputSchema)
         )
         self._signer = signer
+
+    def _meta(self, ctx: UserAgentContext) -> dict[str, Any]:
+        meta: dict[str, Any] = {IDENTITY_META_KEY: self._signer.sign(self.name, ctx)}
+        key = idempotency_key()
+        if key is not None:
+            meta[IDEMPOTENCY_META_KEY] = key
+        return meta
 
     def openai_schema(self) -> ToolSchema:
         return self._schema_of_server
@@ -183,7 +198,7 @@ class McpTool(Tool[BaseModel]):
                 args.model_dump(),
                 # Inside the tool's own timeout, so that a call the server never answers ends here, as a failure.
                 read_timeout_seconds=timedelta(seconds=self.timeout_seconds * READ_TIMEOUT_SHARE),
-                meta={IDENTITY_META_KEY: self._signer.sign(self.name, ctx)},
+                meta=self._meta(ctx),
             )
         except Exception as exc:
             # The session may be dead (the server restarted, or went away): connect again behind this call.
@@ -201,4 +216,6 @@ class McpTool(Tool[BaseModel]):
 
 def mcp_tools(servers: list[McpServer], signer: IdentitySigner) -> list[McpTool]:
     """The allowed tools of started servers, in the file's order (servers, then each allow-list)."""
-    return [McpTool(server, server.listed[grant.name], signer) for server in servers for grant in server.spec.tools]
+    return [
+        McpTool(server, server.listed[grant.name], grant, signer) for server in servers for grant in server.spec.tools
+    ]

@@ -40,6 +40,7 @@ class UpdateBioTool(Tool[UpdateBioArgs]):
             name="update_bio",
             description="Replace the user's profile bio with the given text (runs only after the user approves).",
             args_model=UpdateBioArgs,
+            idempotent=True,
         )
         self._writer = writer
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from agent_runtime.engine.flow.tools.base import Tool, ToolOutcome
+from agent_runtime.engine.flow.tools.call_identity import tool_call
 from agent_runtime.engine.llm.models import ToolSchema
 from agent_runtime.engine.profiles.models import UserAgentContext
 from agent_runtime.observability import metrics
@@ -32,14 +33,18 @@ class RunToolSet:
         tool = self._tools.get(name)
         return tool is None or tool.cancellable
 
-    async def run(self, name: str, args_json: str) -> ToolOutcome:
+    async def run(self, name: str, args_json: str, *, call_id: str | None = None) -> ToolOutcome:
+        """`call_id`: the model's id of the call, which with the run's id keys it (call_identity.py)."""
         tool = self._tools.get(name)
         if tool is None:
             # The model asked for a tool it was not given: tell it, so it can recover, instead of failing the run.
             # Its name is the model's invention, so the metric does not take it as a label.
             metrics.tool_call(metrics.UNKNOWN, "unknown_tool", 0.0)
             return ToolOutcome.failure(f"unknown tool {name!r}; available: {', '.join(self._tools) or 'none'}")
-        return await tool.run(args_json, self._ctx)
+        run_id = self._ctx.run_id
+        key = f"{run_id}:{call_id}" if run_id is not None and call_id is not None else None
+        with tool_call(key):
+            return await tool.run(args_json, self._ctx)
 
 
 class ToolRegistry:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent_runtime.engine.flow.templates import TemplateConfigError
+from agent_runtime.engine.flow.templates import FlowTemplates, TemplateConfigError
+from agent_runtime.engine.flow.tools import KNOWN_TOOL_NAMES
 from agent_runtime.engine.flow.tools.base import Tool
 from agent_runtime.engine.flow.tools.http_tools import HttpTool, HttpToolSpec
 from agent_runtime.engine.flow.tools.identity import IdentitySigner
@@ -89,6 +90,18 @@ def _filled(path: Path, owner: str, values: Mapping[str, str], env: Mapping[str,
     return {key: _ENV.sub(lambda match: env[match.group(1)], value) for key, value in values.items()}
 
 
+def grant_tools_file(
+    path: Path, templates: FlowTemplates, tools_file: ToolsFile, *, registered: Collection[str], secret: str | None
+) -> FlowTemplates:
+    """`templates` granting the file's tools to the execution stage; refuses a file without its identity secret or
+    naming a tool already registered (`registered`: beside the built-in ones)."""
+    identity_signer(path, tools_file, secret)
+    clash = sorted(set(tools_file.names()) & {*KNOWN_TOOL_NAMES, *registered})
+    if clash:
+        raise ToolsConfigError(f"{path}: tools {clash} are already registered")
+    return templates.granting(tools_file.names(), tools_file.requiring_approval())
+
+
 def identity_signer(path: Path, tools_file: ToolsFile, secret: str | None) -> IdentitySigner | None:
     """The signer of who asks; refuses a file with tools and no (or a short) TOOL_IDENTITY_SECRET."""
     if not tools_file.names():
@@ -110,9 +123,7 @@ class ConfiguredTools:
     http: list[HttpTool] = field(default_factory=list)
 
     @classmethod
-    async def open(cls, path: Path, secret: str | None) -> ConfiguredTools:
-        tools_file = load_tools_file(path)
-        signer = identity_signer(path, tools_file, secret)
+    async def open(cls, tools_file: ToolsFile, signer: IdentitySigner | None) -> ConfiguredTools:
         if signer is None:
             return cls()
         opened = cls(http=[HttpTool(spec, signer) for spec in tools_file.http])

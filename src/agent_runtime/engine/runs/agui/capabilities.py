@@ -12,14 +12,11 @@ An omitted field means "not declared" in the spec; every category this server ha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import ag_ui.core as agui
 
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
 from agent_runtime.engine.flow.templates import FlowTemplates
-from agent_runtime.engine.flow.tools import Tool
+from agent_runtime.engine.flow.tools.grants import ToolGrants
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.settings import Settings
 
@@ -38,16 +35,16 @@ def images_taken(settings: Settings, templates: FlowTemplates) -> bool:
     return policy.max_per_message > 0 and policy.blind_stage() is None
 
 
-def agent_capabilities(
-    settings: Settings, templates: FlowTemplates, tools: Mapping[str, Tool[Any]]
-) -> agui.AgentCapabilities:
+def agent_capabilities(settings: Settings, grants: ToolGrants) -> agui.AgentCapabilities:
+    """`grants`: the tools the next run gets (after a reload of TOOLS_FILE: the new ones)."""
+    templates, tools = grants.templates, grants.by_name
     server_tools = [
         agui.Tool(
             name=name, description=tools[name].description, parameters=tools[name].openai_schema().function.parameters
         )
-        for name in templates.execution.agent.tools
+        for name in grants.granted
     ]
-    approvals = bool(templates.execution.agent.requires_approval)
+    approvals = bool(grants.requiring_approval)
     reasoning = reasoning_streams(settings, templates)
     images = images_taken(settings, templates)
     return agui.AgentCapabilities(

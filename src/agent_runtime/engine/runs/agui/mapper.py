@@ -245,6 +245,10 @@ def _terminal_json(event: RunFinished | RunFailed, *, thread_id: str = "", run_i
     return _lifecycle(event, thread_id, run_id).model_dump_json(by_alias=True)
 
 
+# The code of the RUN_ERROR a taken-over run's log continues after (AguiStream.handed_over).
+TAKEN_OVER = "run_taken_over"
+
+
 def log_endings() -> LogEndings:
     """The terminal events the lease sweep and the log repair store for runs whose process died (`RunStore`),
     with the slots their statements fill per run."""
@@ -274,6 +278,17 @@ class AguiStream:
     def publish(self, event: BaseEvent) -> None:
         """Every AG-UI event of the run leaves through here, in order."""
         self.log.append(event)
+
+    def handed_over(self, takeover: int) -> None:
+        """A taken-over run's first events (engine/runs/takeover/): whatever the dead process streamed ends here, the
+        way AG-UI allows it (a RUN_ERROR ends every open message, step and tool call, and a RUN_STARTED may follow
+        one), and the run starts again on the stream under the same run id. The RUN_ERROR does not end the log."""
+        message = (
+            f"the server running this run stopped; another goes on from its last stored step (takeover {takeover})"
+        )
+        failed = RunFailed(code=TAKEN_OVER, message=message)
+        for agui_event in to_agui(failed, thread_id=self.thread_id, run_id=self.run_id, legacy=self.legacy):
+            self.log.append(agui_event, ends=False)
 
     def stream(self) -> AsyncIterator[LoggedEvent]:
         """The run's events from the first, as they come, to the terminal one."""

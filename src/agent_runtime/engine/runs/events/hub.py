@@ -61,8 +61,8 @@ class RunEventHub:
 
     # -- the runs of this process --------------------------------------------------------------------
 
-    def open_log(self, run_id: UUID, user_id: UUID) -> RunEventLog:
-        run_log = RunEventLog(run_id, user_id, self._store.append)
+    def open_log(self, run_id: UUID, user_id: UUID, *, after: int = 0) -> RunEventLog:
+        run_log = RunEventLog(run_id, user_id, self._store.append, after=after)
         self._logs[run_id] = run_log
         return run_log
 

@@ -53,10 +53,12 @@ _FIRST_RETRY_SECONDS = 0.05
 
 
 class RunEventLog:
-    def __init__(self, run_id: UUID, user_id: UUID, writer: EventWriter) -> None:
+    def __init__(self, run_id: UUID, user_id: UUID, writer: EventWriter, *, after: int = 0) -> None:
+        """`after`: the seq this log's events follow (a run taken over continues its log past the dead process's)."""
         self.run_id = run_id
         self.user_id = user_id
         self._writer = writer
+        self._after = after
         self._events: list[LoggedEvent] = []
         self._unwritten: list[LoggedEvent] = []
         self._changed = asyncio.Event()
@@ -67,15 +69,16 @@ class RunEventLog:
     def finished(self) -> bool:
         return bool(self._events) and self._events[-1].terminal
 
-    def append(self, event: BaseEvent) -> LoggedEvent:
-        """Number the event and keep it (synchronous: the emitter runs on the event loop and never waits)."""
+    def append(self, event: BaseEvent, *, ends: bool | None = None) -> LoggedEvent:
+        """Number the event and keep it (synchronous: the emitter runs on the event loop and never waits). `ends`:
+        whether it ends the log (None: RUN_FINISHED and RUN_ERROR do; a takeover's RUN_ERROR does not)."""
         if self.finished:
             raise RuntimeError(f"run {self.run_id}: event after the terminal event")
         # What EventEncoder sends (by alias; the models leave unset optional fields out themselves).
         logged = LoggedEvent(
-            seq=len(self._events) + 1,
+            seq=self._after + len(self._events) + 1,
             data=event.model_dump_json(by_alias=True),
-            terminal=isinstance(event, RunFinishedEvent | RunErrorEvent),
+            terminal=isinstance(event, RunFinishedEvent | RunErrorEvent) if ends is None else ends,
         )
         self._events.append(logged)
         self._unwritten.append(logged)
@@ -87,7 +90,7 @@ class RunEventLog:
 
     async def follow(self, after: int = 0) -> AsyncIterator[LoggedEvent]:
         """Every event with seq > `after`, then each new one as it comes, until the terminal event."""
-        position = after
+        position = max(0, after - self._after)
         while True:
             while position < len(self._events):
                 event = self._events[position]

@@ -110,7 +110,7 @@ class Notice(_Event):
     """Out-of-band information for the client (AG-UI CUSTOM events; every name: docs/api.md, "A run's event stream")."""
 
     kind: Literal["notice"] = "notice"
-    name: Literal["run_cost", "input_ignored"]
+    name: Literal["run_cost", "input_ignored", "run_resumed"]
     value: dict[str, JsonValue]
 
 

@@ -2,9 +2,10 @@
 (and, in the same round, ends the event logs a dead process left open and deletes events past retention).
 
 A running session carries `lease_owner` and `lease_expires_at` (migrations/0003). This process renews all
-of its runs' leases in one statement every RUN_HEARTBEAT_SECONDS; every RUN_SWEEP_SECONDS it fails, in one
-statement, the runs of any process whose lease has expired (`run_lost`). After a `kill -9`, a session is
-usable again within RUN_LEASE_SECONDS + RUN_SWEEP_SECONDS (the old stale-run takeover waited 10 minutes).
+of its runs' leases in one statement every RUN_HEARTBEAT_SECONDS; every RUN_SWEEP_SECONDS it takes over the runs
+of dead processes it has room for (engine/runs/takeover/), then fails, in one statement, the runs whose lease expired
+and that no process may take over (`run_lost`). After a `kill -9`, a run goes on elsewhere within RUN_LEASE_SECONDS +
+RUN_SWEEP_SECONDS.
 
 A run of ours whose lease was not renewed (the loop stalled past the lease, the database was away) has
 lost its session: another replica may already have failed it. `on_lost` tells the run service, which
@@ -40,7 +41,10 @@ class LeaseKeeper:
         held: Callable[[], list[HeldRun]],
         on_lost: Callable[[set[UUID]], set[UUID]],
         on_cancel: Callable[[set[UUID]], None],
+        take_over: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`take_over`: claims runs of dead processes this one has room for (engine/runs/takeover/), before each
+        sweep fails what is left."""
         self._store = store
         self._heartbeat = heartbeat_seconds
         self._sweep_every = sweep_seconds
@@ -48,6 +52,7 @@ class LeaseKeeper:
         self._held = held
         self._on_lost = on_lost
         self._on_cancel = on_cancel
+        self._take_over = take_over
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -68,6 +73,8 @@ class LeaseKeeper:
         while True:
             now = loop.time()
             if now >= next_sweep:
+                if self._take_over is not None:
+                    await self._guarded(self._take_over, "takeover")
                 await self._guarded(self.sweep_once, "sweep")
                 next_sweep = now + self._sweep_every
             if now >= next_renew:

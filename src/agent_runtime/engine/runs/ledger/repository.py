@@ -2,7 +2,7 @@
 the records its long statements take (the convention is in `engine/sessions/repository.py`). Every statement
 on a user's rows takes the owner (`user_id`); the sweep, the repair and retention are the system's (below).
 
-The start and the finish take 22 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
+The start and the finish take 24 and 20 parameters: each has a record (`StartRecord`, `FinishRecord`) whose
 `args()` is the one place that orders them, next to a map of what each `$n` is, so that the statement and its
 arguments are read and changed together.
 """
@@ -42,10 +42,15 @@ class StartRecord(BaseModel):
     )
     regenerate: bool = Field(default=False, description="The run answers the last user turn again.")
     least_reserved_cny: Decimal = Field(ge=0, description="The least it holds at its start.")
+    run_input: dict[str, JsonValue] | None = Field(
+        description="The run's input (RunInput as JSON) a takeover runs again; None: the run cannot be taken over."
+    )
+    resume_point: dict[str, JsonValue] | None = Field(description="The decided intent of the turn it continues.")
 
     def args(self) -> list[Any]:
         # $1 session_id, $2 user_id, $3 run_id, $4 lease_owner, $5 lease_seconds, $6 visible, $7 audit, $8 title,
-        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny, $21 regenerate, $22 least_reserved_cny
+        # $9-$17 rows, $18 pending_id, $19 client_state, $20 reserved_cny, $21 regenerate, $22 least_reserved_cny,
+        # $23 run_input, $24 resume_point
         return [
             self.session_id,
             self.user_id,
@@ -61,6 +66,8 @@ class StartRecord(BaseModel):
             self.reserved_cny,
             self.regenerate,
             self.least_reserved_cny,
+            self.run_input,
+            self.resume_point,
         ]
 
 
@@ -133,8 +140,8 @@ WITH recent AS (
     RETURNING {SESSION_COLUMNS}, next_seq - $6 AS first_seq, next_audit_seq + $7 AS first_audit_seq, client_state,
               run_reserved_cny
 ), run AS (
-    INSERT INTO agent_runs (id, session_id, user_id, reserved_cny)
-    SELECT $3::uuid, id, $2, run_reserved_cny FROM started
+    INSERT INTO agent_runs (id, session_id, user_id, reserved_cny, run_input, first_seq, resume_point)
+    SELECT $3::uuid, id, $2, run_reserved_cny, $23::jsonb, first_seq, $24::jsonb FROM started
 ), superseded AS (
     -- The reply it replaces: every visible row after the last user message that no earlier regeneration
     -- replaced, up to the last one stored (the session row's lock, taken above, keeps others from appending).
@@ -198,6 +205,8 @@ UPDATE agent_chat_sessions s
 RETURNING run_reserved_cny
 """
 
+TAKEOVERS_SQL = "SELECT takeovers FROM agent_runs WHERE id = $1 AND user_id = $2"
+
 # A run the sweep failed finished after all and stored its rows: they hold what it spent, so the sweep's charge goes.
 SETTLE_LATE_SQL = "UPDATE agent_runs SET unrecorded_cny = 0 WHERE id = $1 AND user_id = $2"
 
@@ -243,13 +252,18 @@ RUN_ID_SLOT = "@run_id@"
 
 # Not scoped by user: the sweep is the system recovering every user's runs whose process died, and it
 # returns nothing to any caller. SKIP LOCKED lets several replicas sweep at once without waiting on each other.
-# $1 the batch size, $2 LogEndings.lost
+# A run another process may still take over (engine/runs/takeover/: taken over fewer than $3 times) is left to
+# that for $4 seconds after its lease expired.
+# $1 the batch size, $2 LogEndings.lost, $3 most takeovers, $4 the takeover's grace in seconds
 SWEEP_SQL = f"""
 WITH expired AS (
-    SELECT id, replace(gen_random_uuid()::text, '-', '') AS error_id FROM agent_chat_sessions
-     WHERE status = 'running' AND lease_expires_at < now()
-     ORDER BY lease_expires_at LIMIT $1
-       FOR UPDATE SKIP LOCKED
+    SELECT s.id, replace(gen_random_uuid()::text, '-', '') AS error_id FROM agent_chat_sessions s
+     WHERE s.status = 'running' AND s.lease_expires_at < now()
+       AND NOT EXISTS (SELECT 1 FROM agent_runs r
+                        WHERE r.id = s.run_id AND r.user_id = s.user_id AND r.run_input IS NOT NULL
+                          AND r.takeovers < $3 AND s.lease_expires_at > now() - make_interval(secs => $4))
+     ORDER BY s.lease_expires_at LIMIT $1
+       FOR UPDATE OF s SKIP LOCKED
 ), lost AS (
     UPDATE agent_chat_sessions s
        SET status = 'failed', error_id = e.error_id, updated_at = now(), lease_owner = NULL, lease_expires_at = NULL,
@@ -258,14 +272,14 @@ WITH expired AS (
       FROM expired e WHERE s.id = e.id
     RETURNING s.id AS session_id, s.user_id, s.run_id, s.error_id, s.run_reserved_cny AS held
 ), runs AS (
-    -- Charged the estimate of what it had sent (its last renewal's), at most its hold, less what it stored: what
-    -- its calls cost never reached the ledger otherwise.
+    -- Charged the estimate of what it had sent (its last renewal's), at most its hold when it holds any (a user with
+    -- budgets), less what it stored since its last takeover: what its calls cost never reached the ledger otherwise.
     UPDATE agent_runs r
        SET status = 'failed', error_code = 'run_lost', error_id = l.error_id, finished_at = now(), log_complete = true,
-           unrecorded_cny = greatest(least(r.sent_cny, l.held) - (
+           unrecorded_cny = r.unrecorded_cny + greatest(least(r.sent_cny, nullif(l.held, 0)) - (
                SELECT coalesce(sum(m.cost), 0) FROM agent_chat_messages m
                 WHERE m.session_id = l.session_id AND m.user_id = l.user_id AND m.metadata ->> 'run_id' = l.run_id::text
-           ), 0)
+           ) + r.settled_cny, 0)
       FROM lost l WHERE r.id = l.run_id AND r.user_id = l.user_id AND r.status = 'running'
     RETURNING r.id, r.user_id, r.error_id
 ), lost_events AS (

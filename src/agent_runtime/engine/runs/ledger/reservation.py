@@ -182,12 +182,11 @@ class RunHold:
     async def __call__(self, request: LLMRequest) -> LLMRequest:
         """Before `request` is sent: grow the hold by what it misses for the call, and return the request to send,
         its `max_tokens` bounded when the budget has room for less (raises BudgetExceededError when it has no room
-        for a useful call; the call is then not made)."""
-        if not self._reservation.budgeted:
-            return request
+        for a useful call; the call is then not made). Without budgets nothing is held, but the estimate of what
+        was sent is kept all the same: a run whose process dies is charged it once (engine/runs/takeover/)."""
         worst = self._reservation.call(request)
         missing = self.needed + worst - self.held
-        if missing > 0:
+        if missing > 0 and self._reservation.budgeted:
             # The least the hold must grow by: what it misses for the call with its fewest output tokens.
             at_least = max(missing - worst + self._reservation.call(self._reservation.least(request)), Decimal(0))
             self.held = await self._grow(missing, at_least)

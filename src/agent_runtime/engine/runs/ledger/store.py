@@ -42,6 +42,7 @@ from agent_runtime.engine.runs.ledger.repository import (
     SETTLE_LATE_SQL,
     START_SQL,
     SWEEP_SQL,
+    TAKEOVERS_SQL,
     FinishRecord,
     LogEndings,
     StartRecord,
@@ -81,6 +82,7 @@ class StartedRun(BaseModel):
     reserved_cny: Decimal = Field(default=Decimal(0), description="What the run holds against the user's budgets.")
     has_memories: bool = Field(default=False, description="The user has long-term memories (nothing to recall else).")
     memory_generation: int = Field(default=0, ge=0, description="The user's memory generation (a delete-all bumps it).")
+    takeovers: int = Field(default=0, ge=0, description="How often the run was taken over before this attempt.")
 
 
 class RunEnd(BaseModel):
@@ -144,6 +146,7 @@ class RunStore:
         endings: LogEndings,
         reserve: Callable[[], Decimal] | None = None,
         least_reserve: Callable[[], Decimal] | None = None,
+        most_takeovers: int = 0,
     ) -> None:
         """`endings`: how the sweep and the log repair end the logs of runs whose process died. `reserve`: the most
         a run started now holds against the user's budgets, and what it holds when the user has no completed run
@@ -154,6 +157,9 @@ class RunStore:
         self._endings = endings
         self._reserve = reserve or (lambda: Decimal(0))
         self._least_reserve = least_reserve or self._reserve
+        # `most_takeovers`: how often a run may be taken over (RUN_MAX_TAKEOVERS): the sweep leaves such runs to a
+        # takeover for one more lease before it fails them.
+        self._most_takeovers = most_takeovers
 
     async def start(
         self,
@@ -165,6 +171,8 @@ class RunStore:
         pending_id: str | None = None,
         client_state: dict[str, JsonValue] | None = None,
         regenerate: bool = False,
+        run_input: dict[str, JsonValue] | None = None,
+        resume_point: dict[str, JsonValue] | None = None,
     ) -> StartedRun | None:
         """Move the session to `running` under this process's lease and store the run's input messages.
 
@@ -172,7 +180,8 @@ class RunStore:
         against, `pending_id` (None: nothing pending), and stores the client's AG-UI state when given. A
         regeneration (`regenerate`) records the range of the reply it replaces in the
         same statement (engine/runs/request/regenerate.py), and needs a user message in the thread. The run
-        holds its reservation against the user's budgets until it ends (migrations/0009).
+        holds its reservation against the user's budgets until it ends (migrations/0009). `run_input` and
+        `resume_point` are what a takeover needs to continue the run (migrations/0016, engine/runs/takeover/).
 
         None when the session is running already, or waits for another pending turn than `pending_id` (the
         caller re-plans, or sweeps and retries). Raises NotFoundError (missing or foreign session), the
@@ -198,6 +207,8 @@ class RunStore:
                 reserved_cny=reserved,
                 least_reserved_cny=least_reserved,
                 regenerate=regenerate,
+                run_input=run_input,
+                resume_point=resume_point,
             )
             row = await self._pool.fetchrow(START_SQL, *record.args())
         except asyncpg.UniqueViolationError as exc:
@@ -264,6 +275,11 @@ class RunStore:
         assert row is not None
         if row["owned"]:
             return RunEnd(owned=True, totals=totals_of(row))
+        if await self._pool.fetchval(TAKEOVERS_SQL, run_id, ctx.user_id) != started.takeovers:
+            # Another process took the run over and does its work again: what this one did is not stored twice. (It
+            # was not billed either: the takeover charged what this process had sent, from its renewals.)
+            log.warning("run finished after another process took it over", extra={"run_id": str(run_id)})
+            return RunEnd(owned=False, totals=await run_totals(self._pool, ctx, session_id, str(run_id)))
         # The sweep failed the run meanwhile: what it spent is still stored (and billed), its status is not.
         log.warning("run finished after losing its lease", extra={"run_id": str(run_id), "outcome": end.run_status})
         await insert_messages(self._pool, ctx, session_id, end.rows)
@@ -315,7 +331,9 @@ class RunStore:
     async def sweep(self) -> list[LostRun]:
         """Fail every run whose lease expired (its process died or stopped renewing): `run_lost`, also as the
         last event of its log."""
-        rows = await self._pool.fetch(SWEEP_SQL, _SWEEP_BATCH, self._endings.lost)
+        rows = await self._pool.fetch(
+            SWEEP_SQL, _SWEEP_BATCH, self._endings.lost, self._most_takeovers, self._lease_seconds
+        )
         return [
             LostRun(session_id=r["session_id"], user_id=r["user_id"], run_id=r["run_id"], error_id=r["error_id"])
             for r in rows

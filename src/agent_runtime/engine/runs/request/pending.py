@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.errors import session_not_found
-from agent_runtime.engine.flow.contracts import IntentResult
+from agent_runtime.engine.flow.model_call import IntentDecided
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.runs.events.types import PendingInterrupt
 from agent_runtime.engine.runs.request.repository import AGUI_STATE_SQL
@@ -39,20 +39,17 @@ class PendingCall(BaseModel):
         return approval_interrupt_id(self.id)
 
 
-class PendingTurn(BaseModel):
+class PendingTurn(IntentDecided):
     """A turn whose execution stage stopped at a model reply asking for tools it may not run by itself."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str = Field(description="New for every suspension; a run that read another one lost a race.")
     run_id: str = Field(description="The run that suspended.")
-    user_input: str = Field(description="The execution stage's request text, so the resumed stage sends it again.")
-    intent: IntentResult
-    intent_answer: str | None = Field(
-        default=None, description="The intent answer as the model wrote it (None in turns stored before it was kept)."
-    )
-    intent_reasoning: str | None = Field(default=None, description="The intent answer's reasoning (thinking mode).")
     calls: list[PendingCall] = Field(min_length=1)
+
+    def decided(self) -> IntentDecided:
+        return IntentDecided.model_validate(self.model_dump(include=set(IntentDecided.model_fields)))
 
     def of_kind(self, kind: CallKind) -> list[PendingCall]:
         return [call for call in self.calls if call.kind == kind]

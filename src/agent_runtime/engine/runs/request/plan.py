@@ -52,9 +52,11 @@ class CallDecision(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     call: PendingCall
-    action: Literal["run", "deny", "client_result"]
+    # answer: not run, `content` is its result (a takeover's call whose outcome is unknown: engine/runs/takeover/)
+    action: Literal["run", "deny", "client_result", "answer"]
     arguments: str
     edited: bool = False
+    content: str | None = None
 
 
 class TurnPlan(BaseModel):

@@ -30,8 +30,10 @@ async def _result(decision: CallDecision, toolset: RunToolSet) -> ToolResultReco
     call = decision.call
     if decision.action == "deny":
         content, is_error = DENIED, True
+    elif decision.action == "answer" and decision.content is not None:
+        content, is_error = decision.content, True
     else:
-        outcome = await toolset.run(call.name, decision.arguments)
+        outcome = await toolset.run(call.name, decision.arguments, call_id=call.id)
         content, is_error = outcome.content, not outcome.ok
         if decision.edited:
             content = _edited(decision.arguments, content)

@@ -23,9 +23,10 @@ from agent_runtime.engine.conversation.run_memory import run_history
 from agent_runtime.engine.conversation.store import MessageStore
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.conversation.summarizer import SUMMARY_STAGE, SummaryCall
+from agent_runtime.engine.flow.model_call import IntentDecided, IntentSink
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
 from agent_runtime.engine.flow.templates import FlowTemplates
-from agent_runtime.engine.flow.tools import ToolRegistry
+from agent_runtime.engine.flow.tools.grants import ToolGrants
 from agent_runtime.engine.flow.turn import (
     RESUMED_ROUTE,
     RESUMED_STAGE,
@@ -38,7 +39,7 @@ from agent_runtime.engine.flow.turn import (
 )
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.llm.end_user import end_user_id
-from agent_runtime.engine.llm.models import BeforeSend, CallOptions, ToolSchema
+from agent_runtime.engine.llm.models import BeforeSend, CallOptions
 from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.engine.profiles.models import Profile, UserAgentContext
 from agent_runtime.engine.runs.events.emitter import RunEvents
@@ -76,6 +77,13 @@ class TurnJob:
     client_state: dict[str, JsonValue] | None
     events: RunEvents
     state: RunStateTracker
+    # The execution stage's tools for the whole run (a reload of TOOLS_FILE affects only later runs).
+    grants: ToolGrants
+    # Where the turn goes on from: the intent it decided (a run after approvals, or one taken over after the
+    # execution stage began); None: the turn starts at its intent call.
+    resumes: IntentDecided | None = None
+    # Stores the turn's decided intent before the execution stage begins (what a takeover resumes from).
+    on_intent: IntentSink | None = None
     # The user had long-term memories when the run started (its start statement says), and their generation.
     has_memories: bool = False
     memory_generation: int = 0
@@ -110,7 +118,6 @@ class TurnRunner:
         pool: asyncpg.Pool,
         messages: MessageStore,
         templates: FlowTemplates,
-        tools: ToolRegistry,
         client: Callable[[], LLMClient],
         *,
         memories: MemoryService,
@@ -118,8 +125,6 @@ class TurnRunner:
         self._settings = settings
         self._pool = pool
         self._messages = messages
-        self._templates = templates
-        self._tools = tools
         self._client = client
         self._memories = memories
         memories.configure(
@@ -130,15 +135,6 @@ class TurnRunner:
                 max_repairs=min(1, settings.stage_max_json_retries),
             )
         )
-
-    @property
-    def approval_tools(self) -> list[str]:
-        return self._templates.execution.agent.requires_approval
-
-    @property
-    def tool_schemas(self) -> list[ToolSchema]:
-        """The execution stage's server tools as the model is offered them (every call carries them: gateway)."""
-        return [self._tools.get(name).openai_schema() for name in self._templates.execution.agent.tools]
 
     def gateway(
         self, job: TurnJob, recorder: RunRecorder, options: Mapping[str, CallOptions], hold: BeforeSend
@@ -153,9 +149,9 @@ class TurnRunner:
             recorder,
             answer_message_id=str(uuid4()),
             options=options,
-            tools=[*self.tool_schemas, *(t.openai_schema() for t in frontend)],
+            tools=[*job.grants.schemas(), *(t.openai_schema() for t in frontend)],
             end_user=end_user_id(self._settings.jwt_secret, job.ctx.user_id),
-            stops_at=[*self.approval_tools, *(t.name for t in frontend)],
+            stops_at=[*job.grants.requiring_approval, *(t.name for t in frontend)],
             state=job.state,
             hold=hold,
         )
@@ -174,13 +170,15 @@ class TurnRunner:
             bio=profile.bio,
             settings=profile.settings,
             session_id=job.session_id,
+            run_id=job.run_id,
         )
-        pending = job.plan.pending if job.plan.continues else None
-        if pending is not None:
+        templates, tools = job.grants.templates, job.grants.registry
+        resumed = job.resumes
+        if resumed is not None:
             gateway.enter_stage(RESUMED_STAGE, RESUMED_ROUTE)
-            toolset = self._tools.build_for_run(self._templates.execution.agent.tools, agent_ctx)
+            toolset = tools.build_for_run(job.grants.granted, agent_ctx)
             await run_decisions(job.plan.decisions, toolset, recorder, job.events)
-        system_prompt = build_global_system_prompt(agent_ctx, self._templates)
+        system_prompt = build_global_system_prompt(agent_ctx, templates)
         # The session's memory window (engine/conversation/run_memory.py), this turn's messages included.
         window = await run_history(
             settings=self._settings,
@@ -191,10 +189,10 @@ class TurnRunner:
             current_message_id=None,
             system_prompt=system_prompt,
             llm=self._client(),
-            task=self._templates,
+            task=templates,
             record=recorder.queue_row,
             call=SummaryCall(
-                options=self._templates.call_options(SUMMARY_STAGE, self._settings),
+                options=templates.call_options(SUMMARY_STAGE, self._settings),
                 tools=gateway.tools,
                 end_user=gateway.end_user,
                 before_send=gateway.hold,
@@ -208,19 +206,21 @@ class TurnRunner:
             )
         gateway.show_images(window, image_models(self._settings))
         turn = split_turn(window)
-        user_input = pending.user_input if pending else _user_input(turn.request, job.run_input.context)
+        user_input = resumed.user_input if resumed else _user_input(turn.request, job.run_input.context)
         turn_input = TurnInput(
             system_prompt=system_prompt,
             history=turn.history,
             user_input=user_input,
             ai_language=agent_ctx.settings.preferences.ai_language,
-            intent=pending.intent if pending else None,
-            intent_answer=pending.intent_answer if pending else None,
-            intent_reasoning=pending.intent_reasoning if pending else None,
-            continuation=turn.continuation if pending else [],
+            intent=resumed.intent if resumed else None,
+            intent_answer=resumed.intent_answer if resumed else None,
+            intent_reasoning=resumed.intent_reasoning if resumed else None,
+            continuation=turn.continuation if resumed else [],
         )
-        ports = TurnPorts(call_model=gateway, on_tool_result=gateway.sink, tools=self._tools, user=agent_ctx)
-        config = AgentConfig(templates=self._templates, max_json_retries=self._settings.stage_max_json_retries)
+        ports = TurnPorts(
+            call_model=gateway, on_tool_result=gateway.sink, tools=tools, user=agent_ctx, on_intent=job.on_intent
+        )
+        config = AgentConfig(templates=templates, max_json_retries=self._settings.stage_max_json_retries)
         outcome = await run_turn(turn_input, ports, config)
         if isinstance(outcome, TurnSuspended):
             gateway.finish_stage()
@@ -280,9 +280,9 @@ class TurnRunner:
             intent=stop.intent,
             intent_answer=stop.intent_answer,
             intent_reasoning=stop.intent_reasoning,
-            approval=self.approval_tools,
+            approval=job.grants.requiring_approval,
             frontend=[t.name for t in job.run_input.frontend_tools],
-            tools={name: self._tools.get(name) for name in self._tools.names()},
+            tools=job.grants.by_name,
         )
         return TurnResult(
             rows=recorder.suspended_rows(),
