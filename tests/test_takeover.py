@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -55,6 +56,9 @@ LEASE_SECONDS = 4.0
 SWEEP_SECONDS = 0.5
 SECRET = "takeover-tool-identity-secret-0123456789"
 INTENT, STARTED, LOOKUP, RESULT, STREAM = "[intent]", "[started]", "[lookup]", "[result]", "[stream]"
+DEPLOY = "[deploy]"
+# Longer than a replica's restart (its CrewAI import), so that runs are in flight at both restarts.
+DEPLOY_CALL_SECONDS = 15.0
 SLOW_ANSWER = "A long answer that the dying replica streams slowly, three characters at a time. " * 4
 
 
@@ -117,6 +121,8 @@ class Script:
     def respond(self, request: RecordedRequest) -> StubReply:
         stage, marker = stage_of(request), stage_request_text(request).split(" ", 1)[0]
         results = [m for m in request.messages if m.get("role") == "tool"]
+        if marker == DEPLOY:
+            return intent_direct("deployed", delay_seconds=DEPLOY_CALL_SECONDS)
         if marker not in (INTENT, STARTED, LOOKUP, RESULT, STREAM):
             return intent_direct(f"echo: {stage_request_text(request)}")
         if stage == "intent":
@@ -139,6 +145,9 @@ class Pair:
     a: ServeProcess
     b: ServeProcess
     stub: DeepSeekStub
+    env: dict[str, str]
+    workdir: Path
+    database_url: str
 
 
 @pytest.fixture(scope="module")
@@ -195,16 +204,19 @@ async def pair(
             start_serve("b", database_url=own_database, workdir=workdir, env=env),
         )
         try:
-            warmer = User(settings)
             for server in (a, b):  # CrewAI's import starves the loop for seconds: warm up before short leases
-                sid = await _new_session(server, warmer)
-                async with httpx.AsyncClient(base_url=server.base_url, timeout=180) as client:
-                    warm = await client.post(f"/v1/sessions/{sid}/runs", headers=warmer.headers, json={"message": "hi"})
-                assert parse_sse(warm.text)[-1]["type"] == "RUN_FINISHED", warm.text
-            yield Pair(a=a, b=b, stub=stub)
+                await _warm_up(server, User(settings))
+            yield Pair(a=a, b=b, stub=stub, env=env, workdir=workdir, database_url=own_database)
         finally:
             for server in (a, b):
                 await server.close()
+
+
+async def _warm_up(server: ServeProcess, user: User) -> None:
+    sid = await _new_session(server, user)
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=180) as client:
+        warm = await client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": "hi"})
+    assert parse_sse(warm.text)[-1]["type"] == "RUN_FINISHED", warm.text
 
 
 async def _new_session(server: ServeProcess, user: User) -> str:
@@ -359,3 +371,57 @@ async def test_a_replica_killed_with_runs_at_every_boundary_has_each_finished_by
     summary = await official_client_accepts(events, sids[STREAM], seen.run_id)
     answers = [m["content"] for m in summary["messages"] if m["role"] == "assistant" and m.get("content")]
     assert answers == [f"Done: {STREAM}"], "the text A streamed is dropped, the answer is there once"
+
+
+async def _run_until_its_stream_ends(server: ServeProcess, user: User, sid: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=120) as client:
+        response = await client.post(f"/v1/sessions/{sid}/runs", headers=user.headers, json={"message": f"{DEPLOY} go"})
+    return parse_sse(response.text)[-1]
+
+
+async def test_a_rolling_restart_with_runs_in_flight_and_a_short_drain_grace_loses_no_run(
+    pair: Pair, settings: Settings, own_pool: asyncpg.Pool
+) -> None:
+    users = [User(settings) for _ in range(20)]
+    a2 = await start_serve("a2", database_url=pair.database_url, workdir=pair.workdir, env=pair.env)
+    started: list[ServeProcess] = [a2]
+    try:
+        await _warm_up(a2, User(settings))
+        old = [a2] * 10 + [pair.b] * 10
+        sids = [await _new_session(server, user) for server, user in zip(old, users, strict=True)]
+        session_ids = [UUID(sid) for sid in sids]
+        seen = len(_requests_of(pair.stub, DEPLOY))
+        streams = [
+            asyncio.create_task(_run_until_its_stream_ends(server, user, sid))
+            for server, user, sid in zip(old, users, sids, strict=True)
+        ]
+        await poll_until(
+            lambda: asyncio.sleep(0, len(_requests_of(pair.stub, DEPLOY))), lambda n: n >= seen + 20, within=60
+        )
+
+        # One replica after the other: each drains for SHUTDOWN_GRACE_SECONDS (1 s, far shorter than the runs), hands
+        # its runs over and exits; the other takes them over; the replacement starts before the next restart.
+        assert await pair.b.stop() == 0, pair.b.log_tail()
+        b2 = await start_serve("b2", database_url=pair.database_url, workdir=pair.workdir, env=pair.env)
+        started.append(b2)
+        assert await a2.stop() == 0, a2.log_tail()
+        ends = await asyncio.gather(*streams)
+
+        async def statuses() -> list[str]:
+            rows = await own_pool.fetch("SELECT status FROM agent_runs WHERE session_id = ANY($1)", session_ids)
+            return sorted(str(r["status"]) for r in rows)
+
+        await poll_until(statuses, lambda found: found == ["completed"] * 20, within=90)
+        assert {(e["type"], e["code"]) for e in ends} == {("RUN_ERROR", "run_handed_over")}
+        rows = await own_pool.fetch(
+            "SELECT r.takeovers, r.error_code, (SELECT array_agg(m.content ORDER BY m.seq) FROM agent_chat_messages m "
+            "WHERE m.session_id = r.session_id AND m.seq > 0) AS thread FROM agent_runs r "
+            "WHERE r.session_id = ANY($1)",
+            session_ids,
+        )
+        assert [r["error_code"] for r in rows] == [None] * 20, "no run lost"
+        assert sorted(r["takeovers"] for r in rows) == [1] * 10 + [2] * 10
+        assert [r["thread"] for r in rows] == [[f"{DEPLOY} go", "deployed"]] * 20, "each turn answered once"
+    finally:
+        for server in started:
+            await server.close()

@@ -116,6 +116,13 @@ BENCHMARKS = (
         ADMIN_ENV,
     ),
     Benchmark(
+        "takeover.py",
+        "--runs 2 --latency 0.5 --lease 2 --sweep 0.5",
+        "| runs | kill to claim (p50 / max) |",
+        180,
+        ADMIN_ENV,
+    ),
+    Benchmark(
         "memory_recall.py",
         "--big 10 --others 1 --distractors 2 --samples 2",
         "| measure | result | target |",

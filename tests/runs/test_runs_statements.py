@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 import pytest
@@ -43,18 +44,33 @@ def _kind(sql: str) -> str:
     return text[:80]
 
 
+def _ids(args: tuple[Any, ...]) -> set[UUID]:
+    """The UUIDs among a statement's arguments (asyncpg's `_execute` gets them as one tuple; arrays are lists)."""
+    found: set[UUID] = set()
+    for arg in args:
+        items = arg if isinstance(arg, tuple | list) else [arg]
+        for item in items:
+            if isinstance(item, UUID):
+                found.add(item)
+            elif isinstance(item, list):
+                found.update(i for i in item if isinstance(i, UUID))
+    return found
+
+
 @contextmanager
-def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    seen: list[str] = []
+def counted_statements(monkeypatch: pytest.MonkeyPatch, session_id: str) -> Iterator[list[str]]:
+    """The statements of the session's run: those naming the session, its user or its run (which the start names).
+    Other engines of this test process (the suite's shared app, a test's leftover background work) are left out."""
+    seen: list[tuple[str, set[UUID]]] = []
     execute, execute_params = asyncpg.Connection.execute, asyncpg.Connection._execute
 
     async def counting_execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
         if not args:  # with arguments it goes through _execute, counted there
-            seen.append(query)
+            seen.append((query, set()))
         return await execute(self, query, *args, **kwargs)
 
     async def counting_execute_params(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
-        seen.append(query)
+        seen.append((query, _ids(args)))
         return await execute_params(self, query, *args, **kwargs)
 
     monkeypatch.setattr(asyncpg.Connection, "execute", counting_execute)
@@ -64,7 +80,9 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         yield statements
     finally:
         monkeypatch.undo()
-        statements.extend(_kind(sql) for sql in seen if not sql.lstrip().startswith(_KEEPER))
+        session = UUID(session_id)
+        named = set().union(*(ids for _, ids in seen if session in ids))
+        statements.extend(_kind(sql) for sql, ids in seen if ids & named and not sql.lstrip().startswith(_KEEPER))
 
 
 async def test_a_full_run_with_a_tool_call_is_ten_statements_and_a_direct_one_six(
@@ -81,7 +99,7 @@ async def test_a_full_run_with_a_tool_call_is_ten_statements_and_a_direct_one_si
         execution_done("42", {"result": "42"}),
         organized("It is 42."),
     )
-    with counted_statements(monkeypatch) as full:
+    with counted_statements(monkeypatch, sid) as full:
         result = await h.run(user, sid, "what is 6*7?")
         await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
@@ -107,7 +125,7 @@ async def test_a_full_run_with_a_tool_call_is_ten_statements_and_a_direct_one_si
     ]
 
     h.stub.enqueue(intent_direct("hi"))
-    with counted_statements(monkeypatch) as direct:
+    with counted_statements(monkeypatch, sid) as direct:
         result = await h.run(user, sid, "hello")
         await h.engine.runs.wait_idle()
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
@@ -116,7 +134,7 @@ async def test_a_full_run_with_a_tool_call_is_ten_statements_and_a_direct_one_si
     # Over AG-UI, one read first: the thread's pending turn, state, and which of the client's ids it stores.
     h.stub.enqueue(intent_direct("hi again"))
     body = {"threadId": sid, "runId": "r", "messages": [{"id": "m-agui", "role": "user", "content": "hey"}]}
-    with counted_statements(monkeypatch) as agui:
+    with counted_statements(monkeypatch, sid) as agui:
         result = await h.agui(user, body)
     assert types(result.events)[-1] == "RUN_FINISHED", result.body
     assert agui == ["thread", "start", "snapshot", "window", "hold", "finish", "events"]
@@ -133,14 +151,14 @@ async def test_resuming_a_finished_run_is_one_statement_whether_it_replays_all_o
     await h.engine.runs.wait_idle()
     run_id = result.run_id
     url = f"/v1/sessions/{sid}/runs/{run_id}/events"
-    with counted_statements(monkeypatch) as replay:
+    with counted_statements(monkeypatch, sid) as replay:
         whole = await h.client.get(url, headers=user.headers)
     assert whole.text == result.body
     # The ownership check, the run's state and its log are read together; nothing else.
     assert replay == ["log page"]
 
     last = len(result.events)
-    with counted_statements(monkeypatch) as nothing_left:
+    with counted_statements(monkeypatch, sid) as nothing_left:
         done = await h.client.get(url, headers={**user.headers, "Last-Event-ID": f"{run_id}:{last}"})
     assert (done.status_code, done.text) == (200, "")
     assert nothing_left == ["log page"]

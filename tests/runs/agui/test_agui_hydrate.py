@@ -260,7 +260,7 @@ async def test_a_hydrate_is_two_reads(
     )
     await h.engine.runs.wait_idle()
 
-    with counted_statements(monkeypatch) as statements:
+    with counted_statements(monkeypatch, thread_id) as statements:
         status, body = await hydrate(h, user, agui_input(thread_id, []))
     assert status == 200, body
     # The thread (pending turn, state, latest run) and the MESSAGES_SNAPSHOT: nothing written.

@@ -46,7 +46,7 @@ async def test_a_process_takes_over_only_the_runs_it_has_room_for_and_the_rest_w
         for _ in range(6):
             h.stub.enqueue(intent_direct("answered after all", delay_seconds=0.3))
 
-        await h.engine.runs.take_over()
+        await h.engine.runs.takeovers.take_over()
         assert h.engine.runs.admission.in_flight == 2
         await h.engine.runs.leases.sweep_once()  # within the lease's grace: the other four wait for room
         rows = await h.engine.pool.fetch(STATUSES, sids)
@@ -54,7 +54,7 @@ async def test_a_process_takes_over_only_the_runs_it_has_room_for_and_the_rest_w
 
         for _ in range(3):
             await h.engine.runs.wait_idle()
-            await h.engine.runs.take_over()
+            await h.engine.runs.takeovers.take_over()
         await h.engine.runs.wait_idle()
         rows = await h.engine.pool.fetch(STATUSES, sids)
         assert [(r["status"], r["takeovers"], r["error_code"]) for r in rows] == [("completed", 1, None)] * 6

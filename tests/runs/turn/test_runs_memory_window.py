@@ -172,7 +172,7 @@ async def _cut_statements(h: Harness, make_user: Callable[[], User], monkeypatch
     sid = await long_session(h, user)
     h.stub.enqueue(StubReply(content=json.dumps({"summary": SUMMARY})), intent_direct("Noted."))
     await h.engine.runs.wait_idle()
-    with counted_statements(monkeypatch) as cut:
+    with counted_statements(monkeypatch, sid) as cut:
         result = await h.run(user, sid, "question 15")
         await h.engine.runs.wait_idle()  # the event log's one write, after the stream ends
     assert types(result.events)[-1] == "RUN_FINISHED"
@@ -181,7 +181,7 @@ async def _cut_statements(h: Harness, make_user: Callable[[], User], monkeypatch
     assert "agent_memory_windows" in cut[4]
 
     h.stub.enqueue(intent_direct("Noted again."))
-    with counted_statements(monkeypatch) as kept:
+    with counted_statements(monkeypatch, sid) as kept:
         await h.run(user, sid, "question 16")
         await h.engine.runs.wait_idle()
     assert kept == ["start", "snapshot", "window", "finish", "events"]

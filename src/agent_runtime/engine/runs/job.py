@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from agent_runtime.engine.runs.gateway.gateway import RunGateway
 
 
+# A stopped run's wait for its cancelled model calls (they record what they were billed): a bound, not a delay.
+SETTLE_SECONDS = 1.0
+
+
 @dataclass(frozen=True)
 class Started:
     run: StartedRun

@@ -41,8 +41,8 @@ from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
 from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.events.store import EventStore
 from agent_runtime.engine.runs.gateway.recorder import RunRecorder
-from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
-from agent_runtime.engine.runs.ledger.finish import CANCELLED, RunEnding, RunFailure
+from agent_runtime.engine.runs.job import SETTLE_SECONDS, RunHandle, RunJob, Started, process_owner_id
+from agent_runtime.engine.runs.ledger.finish import CANCELLED, HANDED_OVER, RunEnding, RunFailure
 from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
 from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
 from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary, StartedRun
@@ -57,8 +57,8 @@ from agent_runtime.engine.runs.request.turn_input import (
     message_token_limit,
     rows_to_store,
 )
-from agent_runtime.engine.runs.takeover.decisions import takeover_decisions
-from agent_runtime.engine.runs.takeover.store import ClaimedRun, TakeoverStore
+from agent_runtime.engine.runs.takeover.store import TakeoverStore
+from agent_runtime.engine.runs.takeovers import Takeovers
 from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
@@ -70,9 +70,6 @@ log = logging.getLogger(__name__)
 
 # A run's input fields stored as its rows: the copy a takeover reads leaves them out (images are big).
 _STORED_AS_ROWS = {"new_messages", "tool_results", "ignored"}
-
-# A stopped run's wait for its cancelled model calls (they record what they were billed): a bound, not a delay.
-SETTLE_SECONDS = 1.0
 
 
 class RunService:
@@ -111,7 +108,6 @@ class RunService:
             least_reserve=self._reservation.floor,
             most_takeovers=settings.run_max_takeovers,
         )
-        self.takeovers = TakeoverStore(pool, owner=self.store.owner, lease_seconds=settings.run_lease_seconds)
         self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(
             self.store,
@@ -121,7 +117,7 @@ class RunService:
             held=lambda: [job.held() for job in self._jobs.values()],
             on_lost=self._lost,
             on_cancel=self._cancel_requested,
-            take_over=self.take_over,
+            take_over=self._take_over,
         )
         self.events = EventStore(pool)
         connect_timeout = settings.database_connect_timeout_seconds
@@ -129,6 +125,15 @@ class RunService:
         self.memories = MemoryService(settings, pool, self._client)
         self._profiles = ProfileService(pool)
         self.grants = ToolGrants(templates, engine_tools(self._profiles, self.memories, tools))
+        self.takeovers = Takeovers(
+            TakeoverStore(pool, owner=self.store.owner, lease_seconds=settings.run_lease_seconds),
+            most_takeovers=settings.run_max_takeovers,
+            admission=self.admission,
+            messages=messages,
+            hub=self.hub,
+            grants=lambda: self.grants,
+            launch=self._launch,
+        )
         self._pending = PendingStore(pool)
         self._turns = TurnRunner(settings, pool, messages, templates, self._client, memories=self.memories)
         self._stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
@@ -144,6 +149,9 @@ class RunService:
         of TOOLS_FILE); returns the runs in flight, which keep the tools they started with."""
         self.grants = ToolGrants(templates, engine_tools(self._profiles, self.memories, tools))
         return set(self._tasks)
+
+    async def _take_over(self) -> None:
+        await self.takeovers.take_over()
 
     def _client(self) -> LLMClient:
         return self._warmup.client()
@@ -254,7 +262,7 @@ class RunService:
             state=RunStateTracker(events, str(started.run_id)),
             grants=self.grants,
             resumes=resumes,
-            on_intent=functools.partial(self.takeovers.record_resume_point, ctx, started.run_id),
+            on_intent=functools.partial(self.takeovers.store.record_resume_point, ctx, started.run_id),
             has_memories=started.has_memories,
             memory_generation=started.memory_generation,
         )
@@ -263,50 +271,6 @@ class RunService:
         job.task = asyncio.create_task(self._execute(job), name=f"run-{started.run_id}")
         self._tasks.add(job.task)
         job.task.add_done_callback(self._tasks.discard)
-
-    # -- takeover (engine/runs/takeover/) -------------------------------------------------------------
-
-    async def take_over(self) -> None:
-        """Claim the runs of dead processes this one has room for, and go on with each from its last stored step."""
-        room = 0 if self.admission.draining else self.admission.limit - self.admission.in_flight
-        for claimed in await self.takeovers.claim(room, most_takeovers=self._settings.run_max_takeovers):
-            self.admission.take()
-            try:
-                await self._resume_claimed(claimed)
-            except BaseException:
-                self.admission.release()
-                raise
-
-    async def _resume_claimed(self, claimed: ClaimedRun) -> None:
-        ctx, run_input = claimed.ctx, claimed.run_input
-        decisions = []
-        if claimed.resumes is not None:
-            thread = await visible_thread(self._messages, ctx, claimed.session.id)
-            approval = self.grants.requiring_approval
-            decisions = takeover_decisions(thread, run_input, self.tool_map, approval=approval)
-        started = StartedRun(
-            session=claimed.session,
-            run_id=claimed.run_id,
-            first_seq=claimed.first_seq,
-            profile=claimed.profile,
-            client_state=claimed.client_state,
-            reserved_cny=claimed.reserved_cny,
-            has_memories=claimed.has_memories,
-            memory_generation=claimed.memory_generation,
-            takeovers=claimed.takeovers,
-        )
-        event_log = self.hub.open_log(claimed.run_id, ctx.user_id, after=claimed.first_event_seq)
-        event_log.go_live()  # its client is likely reconnecting, on any replica
-        thread_id, run_id = str(claimed.session.id), str(claimed.run_id)
-        stream = AguiStream(thread_id=thread_id, run_id=run_id, log=event_log, legacy=run_input.legacy)
-        events = RunEvents(stream.emit)
-        stream.handed_over(claimed.takeovers)
-        events.run_started()
-        events.notice("run_resumed", {"takeover": claimed.takeovers, "from_intent": claimed.resumes is not None})
-        plan = TurnPlan(pending=None, continues=False, decisions=decisions, closing_results=[])
-        log_extra = {"run_id": run_id, "session_id": thread_id, "takeover": claimed.takeovers}
-        log.warning("run taken over from a process that stopped renewing its lease", extra=log_extra)
-        self._launch(ctx, started, run_input, plan, events, stream.log, resumes=claimed.resumes)
 
     async def _start_in_db(self, ctx: RequestContext, session_id: UUID, run_input: RunInput, plan: TurnPlan) -> Started:
         run_id = run_input.run_id or uuid4()
@@ -367,6 +331,9 @@ class RunService:
                 if job.stop_reason is CANCELLED:
                     observability.run_cancelled()
                     await self._cancelled(job, recorder)
+                    return
+                if job.stop_reason is HANDED_OVER:
+                    await self.takeovers.hand_over(job, recorder)
                     return
                 failure = job.stop_reason or RunFailure.of(exc)
                 if job.gateway is not None:
@@ -494,8 +461,10 @@ class RunService:
         return stopped
 
     async def drain(self) -> None:
-        """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; end the rest with `run_interrupted`. Idempotent:
-        called at the shutdown signal (the streams still open, so RUN_ERROR reaches clients) and again at the end."""
+        """Refuse new runs; give runs in flight SHUTDOWN_GRACE_SECONDS; hand the rest over to another replica
+        (engine/runs/takeover/), or end them with `run_interrupted` when they may not be taken over (again).
+        Idempotent: called at the shutdown signal (the streams still open, so their last event reaches clients)
+        and again at the end."""
         self.admission.draining = True
         tasks = set(self._tasks)
         if not tasks:
@@ -503,7 +472,7 @@ class RunService:
         _, pending = await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
         interrupted = RunFailure("run_interrupted", "the server shut down before the run finished")
         for job in list(self._jobs.values()):
-            job.stop(interrupted)
+            job.stop(HANDED_OVER if self.takeovers.may_hand_over(job) else interrupted)
         if pending:
             # One statement each; a database that does not answer leaves them to another replica's sweep.
             await asyncio.wait(pending, timeout=5)

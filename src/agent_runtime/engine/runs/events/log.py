@@ -69,9 +69,10 @@ class RunEventLog:
     def finished(self) -> bool:
         return bool(self._events) and self._events[-1].terminal
 
-    def append(self, event: BaseEvent, *, ends: bool | None = None) -> LoggedEvent:
+    def append(self, event: BaseEvent, *, ends: bool | None = None, stored: bool = True) -> LoggedEvent:
         """Number the event and keep it (synchronous: the emitter runs on the event loop and never waits). `ends`:
-        whether it ends the log (None: RUN_FINISHED and RUN_ERROR do; a takeover's RUN_ERROR does not)."""
+        whether it ends the log (None: RUN_FINISHED and RUN_ERROR do; a takeover's RUN_ERROR does not). `stored`:
+        False for an event only this process's followers get (the end of a run handed over: its log goes on)."""
         if self.finished:
             raise RuntimeError(f"run {self.run_id}: event after the terminal event")
         # What EventEncoder sends (by alias; the models leave unset optional fields out themselves).
@@ -81,9 +82,11 @@ class RunEventLog:
             terminal=isinstance(event, RunFinishedEvent | RunErrorEvent) if ends is None else ends,
         )
         self._events.append(logged)
-        self._unwritten.append(logged)
         self._changed.set()
         self._changed = asyncio.Event()
+        if not stored:
+            return logged
+        self._unwritten.append(logged)
         if logged.terminal or self._live:
             self._write_soon()
         return logged

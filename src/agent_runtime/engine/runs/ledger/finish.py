@@ -61,6 +61,11 @@ UNSTORED = RunFailure("internal_error", "the run's result could not be stored")
 
 # The user's cancel (POST .../cancel): not a failure; the run ends with RUN_FINISHED outcome `cancelled`.
 CANCELLED = RunFailure("run_cancelled", "the run was cancelled by its user")
+# A draining process gives a run it could not finish within the grace to another replica (engine/runs/takeover/):
+# not a failure either; this connection's stream ends with a RUN_ERROR of this code, the run goes on elsewhere.
+HANDED_OVER = RunFailure(
+    "run_handed_over", "this server is restarting: the run goes on on another one (resume its stream there)"
+)
 
 
 class RunEnding:

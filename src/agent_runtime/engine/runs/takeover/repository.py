@@ -9,6 +9,18 @@ RESUME_POINT_SQL = """
 UPDATE agent_runs SET resume_point = $3::jsonb WHERE id = $1 AND user_id = $2 AND status = 'running'
 """
 
+# A draining process gives a run to the next sweep of another replica: its lease ends now, with what it had sent
+# ($5, its estimate: the takeover charges it once). Only while this process ($4) holds it.
+# $1 session_id, $2 user_id, $3 run_id, $4 lease owner, $5 sent
+RELEASE_SQL = """
+WITH released AS (
+    UPDATE agent_chat_sessions SET lease_expires_at = now() - interval '1 millisecond', updated_at = now()
+     WHERE id = $1 AND user_id = $2 AND run_id = $3 AND status = 'running' AND lease_owner = $4
+    RETURNING run_id
+)
+UPDATE agent_runs r SET sent_cny = greatest(r.sent_cny, $5) FROM released l WHERE r.id = l.run_id AND r.user_id = $2
+"""
+
 # The seqs of a taken-over run's events start past any the dead process numbered (engine/runs/events/log.py).
 TAKEOVER_SEQ_STRIDE = 1_000_000
 

@@ -13,8 +13,14 @@ from agent_runtime.engine.flow.model_call import IntentDecided
 from agent_runtime.engine.profiles.models import Profile
 from agent_runtime.engine.profiles.repository import row_to_profile
 from agent_runtime.engine.profiles.service import default_profile
+from agent_runtime.engine.runs.ledger.store import StartedRun
 from agent_runtime.engine.runs.request.models import RunInput
-from agent_runtime.engine.runs.takeover.repository import CLAIM_SQL, RESUME_POINT_SQL, TAKEOVER_SEQ_STRIDE
+from agent_runtime.engine.runs.takeover.repository import (
+    CLAIM_SQL,
+    RELEASE_SQL,
+    RESUME_POINT_SQL,
+    TAKEOVER_SEQ_STRIDE,
+)
 from agent_runtime.engine.sessions.models import Session
 from agent_runtime.engine.sessions.repository import row_to_session
 
@@ -39,6 +45,20 @@ class ClaimedRun(BaseModel):
     def ctx(self) -> RequestContext:
         return RequestContext(user_id=self.user_id)
 
+    def started(self) -> StartedRun:
+        """The run as its start left it, for this process to go on with."""
+        return StartedRun(
+            session=self.session,
+            run_id=self.run_id,
+            first_seq=self.first_seq,
+            profile=self.profile,
+            client_state=self.client_state,
+            reserved_cny=self.reserved_cny,
+            has_memories=self.has_memories,
+            memory_generation=self.memory_generation,
+            takeovers=self.takeovers,
+        )
+
     @property
     def first_event_seq(self) -> int:
         """The seq the taken-over run's events continue after."""
@@ -53,6 +73,10 @@ class TakeoverStore:
 
     async def record_resume_point(self, ctx: RequestContext, run_id: UUID, decided: IntentDecided) -> None:
         await self._pool.execute(RESUME_POINT_SQL, run_id, ctx.user_id, decided.model_dump(mode="json"))
+
+    async def release(self, ctx: RequestContext, run: StartedRun, *, sent: Decimal) -> None:
+        """Give the run to another replica's next sweep (a draining process that could not finish it)."""
+        await self._pool.execute(RELEASE_SQL, run.session.id, ctx.user_id, run.run_id, self._owner, sent)
 
     async def claim(self, room: int, *, most_takeovers: int) -> list[ClaimedRun]:
         """Take over up to `room` runs whose lease expired (each taken over fewer than `most_takeovers` times)."""
