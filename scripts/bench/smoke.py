@@ -115,6 +115,8 @@ BENCHMARKS = (
         300,
         ADMIN_ENV,
     ),
+    # DBOS is not a dependency: here it only says how to run it with DBOS (docs/benchmarks.md, "Durable steps").
+    Benchmark("durable_steps.py", "--runs 2 --rounds 1", "uv run --with dbos", 60, NO_DATABASE),
     Benchmark(
         "takeover.py",
         "--runs 2 --latency 0.5 --lease 2 --sweep 0.5",
