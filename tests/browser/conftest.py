@@ -4,11 +4,14 @@ mid-answer. Chromium is Debian's (.ci/run installs it); the Node packages come f
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self
 
 import pytest
 from pydantic import TypeAdapter
@@ -58,6 +61,68 @@ def _thinking_intent(directory: Path) -> Path:
     assert text.count("thinking: disabled") >= 1, "the intent task's thinking line moved"
     tasks.write_text(text.replace("thinking: disabled", "thinking: enabled", 1))
     return directory
+
+
+class NodeScript:
+    """A Node script of this folder given one JSON request on stdin, its stdout read line by line while it runs (a
+    line per event as it arrives, say), its last line its result."""
+
+    def __init__(self, script: str, proc: asyncio.subprocess.Process) -> None:
+        self.script, self.proc = script, proc
+        self.lines: list[str] = []
+        assert proc.stderr is not None
+        self._stderr = asyncio.create_task(proc.stderr.read())
+
+    @classmethod
+    async def start(cls, script: str, request: dict[str, Any]) -> Self:
+        proc = await asyncio.create_subprocess_exec(
+            "node",
+            str(HERE / script),
+            cwd=HERE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            # Tests reach no internet: CopilotKit's runtime would try to send its telemetry.
+            env={**os.environ, "COPILOTKIT_TELEMETRY_DISABLED": "true"},
+        )
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(request).encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        return cls(script, proc)
+
+    async def next_line(self, *, within: float) -> str:
+        """The next line it prints; an AssertionError if none comes in time or it ended."""
+        assert self.proc.stdout is not None
+        try:
+            line = (await asyncio.wait_for(self.proc.stdout.readline(), within)).decode(errors="replace")
+        except TimeoutError:
+            raise AssertionError(f"{self.script} printed nothing in {within} s after {self.lines[-3:]}") from None
+        assert line, f"{self.script} ended after {self.lines[-3:]}"
+        self.lines.append(line.rstrip("\n"))
+        return self.lines[-1]
+
+    async def result(self, *, within: float) -> dict[str, Any]:
+        """Its last line, once it exited 0."""
+        assert self.proc.stdout is not None
+        try:
+            out = await asyncio.wait_for(self.proc.stdout.read(), within)
+            await asyncio.wait_for(self.proc.wait(), within)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise AssertionError(f"{self.script} did not finish in {within} s") from None
+        self.lines.extend(out.decode(errors="replace").splitlines())
+        stdout, stderr = "\n".join(self.lines), (await self._stderr).decode(errors="replace")
+        code = self.proc.returncode
+        assert code == 0, f"{self.script} exited {code}:\n{stdout[-2000:]}\n{stderr[-4000:]}"
+        # The last line: libraries may log to stdout before it.
+        result: dict[str, Any] = json.loads(stdout.strip().rsplit("\n", 1)[-1])
+        return result
+
+
+async def run_node(script: str, request: dict[str, Any], *, within: float) -> dict[str, Any]:
+    return await (await NodeScript.start(script, request)).result(within=within)
 
 
 def chromium_or_skip() -> str:

@@ -6,7 +6,6 @@ and a page load each would double the file's time); a failed case's screenshot p
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from datetime import timedelta
@@ -15,7 +14,7 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from tests.browser.conftest import HERE, STORY, Live
+from tests.browser.conftest import STORY, Live, run_node
 
 from agent_runtime.engine.auth import mint_token
 from agent_runtime.settings import Settings
@@ -26,28 +25,6 @@ EXPIRED = (
     "mint a new one and paste it above."
 )
 DRIVER_TIMEOUT = 240
-
-
-async def run_node(script: str, request: dict[str, Any], *, within: float) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(HERE / script),
-        cwd=HERE,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(json.dumps(request).encode()), within)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{script} did not finish in {within} s") from None
-    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
-    assert proc.returncode == 0, f"{script} exited {proc.returncode}:\n{stdout[-2000:]}\n{stderr[-4000:]}"
-    # The last line: libraries may log to stdout before it.
-    result: dict[str, Any] = json.loads(stdout.strip().rsplit("\n", 1)[-1])
-    return result
 
 
 def docs_screenshot() -> str | None:
@@ -161,22 +138,3 @@ async def test_an_expired_token_is_said_to_be_expired(cases: Cases) -> None:
     assert seen["status"].startswith(f"{EXPIRED} (It expired at "), seen
     assert seen["status"].endswith(f"agent-runtime token --user {cases.users['expired']})"), seen
     assert seen["error"] == EXPIRED, seen
-
-
-async def test_copilotkit_runtime_with_an_http_agent_streams_our_answer(live: Live, settings: Settings) -> None:
-    """What a user's own app does: CopilotKit's Node runtime in front of /v1/agui, one run through its endpoint."""
-    user = uuid4()
-    token = mint_token(settings, user)
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=live.server.base_url, headers=headers, timeout=10) as client:
-        session = (await client.post("/v1/sessions", json={})).json()
-    request = {"aguiUrl": f"{live.server.base_url}/v1/agui", "token": token, "threadId": session["id"], "text": "hi"}
-    output = await run_node("runtime.mjs", request, within=120)
-    types = [e["type"] for e in output["events"]]
-    assert output["status"] == 200 and output["contentType"].startswith("text/event-stream"), output
-    assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED", types
-    text = "".join(e["delta"] for e in output["events"] if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert 'You said: "hi"' in text, output
-    async with httpx.AsyncClient(base_url=live.server.base_url, headers=headers, timeout=10) as client:
-        stored = (await client.get(f"/v1/sessions/{session['id']}/messages")).json()["items"]
-    assert [m["role"] for m in stored] == ["user", "assistant"] and stored[1]["content"] == text, stored
