@@ -45,6 +45,7 @@ from tests.runs.conftest import (
 from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubToolCall
 from tests.support.database import PgServer, create_database, drop_database
 from tests.support.local_http import serving
+from tests.support.metrics import Samples, delta, scrape
 from tests.support.serve import ServeProcess, poll_until, start_serve
 from tests.support.sse import frames_of, sse_body
 
@@ -294,6 +295,7 @@ async def test_a_replica_killed_with_runs_at_every_boundary_has_each_finished_by
     # One lease renewal more (RUN_HEARTBEAT_SECONDS=1): what A has sent so far reaches the database, as it does for
     # any run in flight longer than a heartbeat (a run killed within its first heartbeat is charged nothing).
     await asyncio.sleep(1.5)
+    before = await _metrics(pair.b)
     pair.a.kill()
     killed_at = time.monotonic()
     await pair.a.proc.wait()
@@ -306,6 +308,11 @@ async def test_a_replica_killed_with_runs_at_every_boundary_has_each_finished_by
     await poll_until(statuses, lambda found: found == ["completed"] * 5, within=60)
     finished_after = time.monotonic() - killed_at
     assert finished_after < LEASE_SECONDS + SWEEP_SECONDS + 20, finished_after
+    # For ops, on B: the run killed in its intent call went on from its start, the four past it from their intent.
+    after = await _metrics(pair.b)
+    assert delta(before, after, "agent_runtime_runs_taken_over_total", resumed_from="start") == 1
+    assert delta(before, after, "agent_runtime_runs_taken_over_total", resumed_from="intent") == 4
+    assert delta(before, after, "agent_runtime_runs_lost_total") == 0
 
     messages = {m: (await _get(pair.b, user, f"/v1/sessions/{sid}/messages"))["items"] for m, sid in sids.items()}
 
@@ -371,6 +378,11 @@ async def test_a_replica_killed_with_runs_at_every_boundary_has_each_finished_by
     summary = await official_client_accepts(events, sids[STREAM], seen.run_id)
     answers = [m["content"] for m in summary["messages"] if m["role"] == "assistant" and m.get("content")]
     assert answers == [f"Done: {STREAM}"], "the text A streamed is dropped, the answer is there once"
+
+
+async def _metrics(server: ServeProcess) -> Samples:
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as client:
+        return await scrape(client)
 
 
 async def _run_until_its_stream_ends(server: ServeProcess, user: User, sid: str) -> dict[str, Any]:

@@ -159,7 +159,7 @@ def _turns(path: str) -> Any:
     from agent_runtime.engine.flow.crewai.flow import AgentFlow, AgentFlowState, FlowDeps
     from agent_runtime.engine.flow.model_call import ModelCall, ModelReply
     from agent_runtime.engine.flow.prompt import build_global_system_prompt
-    from agent_runtime.engine.flow.templates import load_flow_templates
+    from agent_runtime.engine.flow.template_files import load_flow_templates
     from agent_runtime.engine.flow.tools import engine_tools
     from agent_runtime.engine.flow.turn import AgentConfig, TurnInput, TurnPorts, run_turn
     from agent_runtime.engine.profiles.models import ProfileSettingsV2, UserAgentContext

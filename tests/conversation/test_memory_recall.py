@@ -23,7 +23,8 @@ from agent_runtime.engine.conversation.run_memory import run_history
 from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.conversation.summarizer import SUMMARY_STAGE, SummaryCall
 from agent_runtime.engine.conversation.summary import SUMMARY_ID_PREFIX
-from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates
+from agent_runtime.engine.flow.template_files import load_flow_templates
+from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.llm.client import LLMClient
 from agent_runtime.engine.runtime import RuntimeEngine
 from agent_runtime.engine.sessions.models import SessionCreate

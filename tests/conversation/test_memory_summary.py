@@ -18,7 +18,8 @@ from agent_runtime.engine.conversation.summary import (
     SUMMARY_INTRO,
     summary_message,
 )
-from agent_runtime.engine.flow.templates import TemplateConfigError, load_flow_templates
+from agent_runtime.engine.flow.template_files import load_flow_templates
+from agent_runtime.engine.flow.templates import TemplateConfigError
 from agent_runtime.resources import default_config_dir
 
 CONFIG_DIR = default_config_dir() / "crewai"

@@ -24,7 +24,8 @@ from agent_runtime.engine.flow.contracts import ExecutionResult, IntentResult, O
 from agent_runtime.engine.flow.crewai import env as crewai_env
 from agent_runtime.engine.flow.model_call import CallModel, ModelCall, ModelReply, StageOutputError, StageToolResult
 from agent_runtime.engine.flow.prompt import build_global_system_prompt
-from agent_runtime.engine.flow.templates import FlowTemplates, load_flow_templates
+from agent_runtime.engine.flow.template_files import load_flow_templates
+from agent_runtime.engine.flow.templates import FlowTemplates
 from agent_runtime.engine.flow.tools import (
     CalculatorArgs,
     CalculatorTool,

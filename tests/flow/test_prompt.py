@@ -17,12 +17,12 @@ from agent_runtime.engine.flow.prompt import (
     build_stage_prompt_payload,
     stage_instructions,
 )
+from agent_runtime.engine.flow.template_files import load_flow_templates
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     FlowTemplates,
     IntentVariables,
     OrganizationVariables,
-    load_flow_templates,
 )
 from agent_runtime.engine.profiles.models import PreferenceSettings, ProfileSettingsV1, UserAgentContext
 from agent_runtime.resources import default_config_dir

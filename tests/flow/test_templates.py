@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from agent_runtime.engine.flow.contracts import ExecutionResult, OrganizationResult
+from agent_runtime.engine.flow.template_files import load_flow_templates
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     IntentVariables,
     OrganizationVariables,
     TemplateConfigError,
-    load_flow_templates,
     output_schema,
     render_template,
 )

@@ -80,7 +80,7 @@ def test_demo_model_summarises_the_conversation_deterministically() -> None:
     """The memory's summary task (schema title ConversationSummary) gets an extractive answer: the previous summary
     carried forward, then the sentences in which the user stated something about themselves (questions and
     requests left out), so the summary works offline and the same conversation always gives the same text."""
-    from agent_runtime.engine.flow.templates import load_flow_templates
+    from agent_runtime.engine.flow.template_files import load_flow_templates
     from agent_runtime.engine.llm.demo.stages import demo_answer
     from agent_runtime.resources import default_config_dir
 

@@ -37,7 +37,7 @@ def _assert_failure_logged(
     whose JSON log line (the production formatter) carries the same ids."""
     records = [r for r in caplog.records if r.getMessage() == "run failed" and getattr(r, "run_id", None) == run_id]
     assert [(r.name, r.levelname, getattr(r, "error_id", None)) for r in records] == [
-        ("agent_runtime.engine.runs.service", "ERROR", error_id)
+        ("agent_runtime.engine.runs.execution", "ERROR", error_id)
     ]
     line = json.loads(JsonFormatter().format(records[0]))
     assert {k: line.get(k) for k in ("msg", "error_id", "run_id", "session_id", "code", "reason")} == {

@@ -16,7 +16,8 @@ from agent_runtime.db.pool import create_pool, ping
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.conversation.store import MessageStore
 from agent_runtime.engine.flow.configured_models import configured_models, refuse_unpriced
-from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError, load_flow_templates
+from agent_runtime.engine.flow.template_files import load_flow_templates
+from agent_runtime.engine.flow.templates import TASKS_FILE, FlowTemplates, TemplateConfigError
 from agent_runtime.engine.flow.tools import Tool
 from agent_runtime.engine.flow.tools.tools_file import (
     ConfiguredTools,

@@ -43,9 +43,20 @@ HTTP_DURATION = Histogram(
 RUNS_STARTED = Counter("agent_runtime_runs_started", "Agent runs started (accepted and handed to the flow).")
 RUNS_FINISHED = Counter(
     "agent_runtime_runs_finished",
-    "Agent runs finished, by outcome (completed, cancelled by the client, failed) and error code (empty unless"
-    " failed).",
+    "Agent runs finished here, by outcome (completed, cancelled by the client, failed, handed_over to another replica"
+    " at a drain) and error code (empty unless failed).",
     ["outcome", "error_code"],
+)
+RUNS_TAKEN_OVER = Counter(
+    "agent_runtime_runs_taken_over",
+    "Runs of a process that stopped renewing its lease, taken over by this one, by where they went on from: start"
+    " (no step was stored: the turn again) or intent (the decided intent, then the stored tool calls and results).",
+    ["resumed_from"],
+)
+RUNS_LOST = Counter(
+    "agent_runtime_runs_lost",
+    "Runs this process's sweep ended with run_lost: their process stopped renewing the lease and no replica went on"
+    " with them (RUN_MAX_TAKEOVERS reached, takeovers off, or unclaimed for a whole lease).",
 )
 RUN_DURATION = Histogram(
     "agent_runtime_run_duration_seconds",
@@ -149,6 +160,14 @@ def run_started() -> None:
 def run_finished(seconds: float, *, outcome: str, error_code: str | None = None) -> None:
     RUNS_FINISHED.labels(outcome, error_code or "").inc()
     RUN_DURATION.labels(outcome).observe(seconds)
+
+
+def run_taken_over(resumed_from: str) -> None:
+    RUNS_TAKEN_OVER.labels(resumed_from).inc()
+
+
+def runs_lost(count: int) -> None:
+    RUNS_LOST.inc(count)
 
 
 def runs_in_flight(count: int) -> None:

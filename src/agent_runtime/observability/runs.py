@@ -92,6 +92,13 @@ def run_cancelled() -> None:
         observation.end("cancelled")
 
 
+def run_handed_over() -> None:
+    """Handed over to another replica at a drain: it goes on there (and is counted there as started again)."""
+    observation = _current.get()
+    if observation is not None:
+        observation.end("handed_over")
+
+
 def run_failed(code: str, error_id: str) -> None:
     observation = _current.get()
     if observation is not None:

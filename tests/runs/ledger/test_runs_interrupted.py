@@ -1,12 +1,14 @@
 """Runs that end outside the flow: the drain lets a run finish within SHUTDOWN_GRACE_SECONDS and waits for it,
 interrupts one past it (RUN_ERROR
-`run_interrupted` in their stream, a failed session with the same error_id, the user's message kept), and a
-start whose input cannot be stored (refused whole: nothing left behind, one error_id)."""
+`run_interrupted` in their stream, a failed session with the same error_id, the user's message kept), or hands it
+over to another replica when takeovers are on, and a start whose input cannot be stored (refused whole: nothing left
+behind, one error_id)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from uuid import UUID
 
 import pytest
 from tests.conftest import User
@@ -20,10 +22,47 @@ from tests.runs.conftest import (
     types,
     wait_for_model_call,
 )
+from tests.support.metrics import delta, scrape
 
 from agent_runtime.engine.runs.ledger.store import RunStore
 
 INTERRUPTED = "the server shut down before the run finished"
+
+
+LEASE = "SELECT s.status, s.lease_expires_at <= now() AS released, r.status AS run_status FROM agent_chat_sessions s"
+LEASE += " JOIN agent_runs r ON r.id = s.run_id WHERE s.id = $1"
+
+
+async def test_drain_hands_a_run_past_the_grace_period_over_when_takeovers_are_on(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(shutdown_grace_seconds=0.3, run_max_takeovers=2) as timed:
+        await timed.engine.runs.ensure_warm()
+        user = make_user()
+        sid = await timed.new_session(user)
+        hold = timed.stub.hold_replies()  # the model never answers: only the drain can end this run here
+        timed.stub.enqueue(intent_direct("answered elsewhere"))
+        running = asyncio.create_task(timed.run(user, sid, "hello"))
+        await wait_for_model_call(timed.stub)
+        before = await scrape(timed.client)
+
+        async with asyncio.timeout(30):
+            await timed.engine.runs.drain()
+        assert timed.engine.runs.admission.in_flight == 0
+        timed.engine.runs.admission.draining = False
+        result = await running
+        await hold.release()
+
+        # This connection's stream ends; the run stays running with its lease released for another replica's sweep.
+        assert types(result.events)[-1] == "RUN_ERROR" and result.events[-1]["code"] == "run_handed_over"
+        row = await timed.engine.pool.fetchrow(LEASE, UUID(sid))
+        assert (row["status"], row["released"], row["run_status"]) == ("running", True, "running")
+        after = await scrape(timed.client)
+        assert delta(before, after, "agent_runtime_runs_finished_total", outcome="handed_over", error_code="") == 1
+        assert (
+            delta(before, after, "agent_runtime_runs_finished_total", outcome="failed", error_code="run_interrupted")
+            == 0
+        )
 
 
 async def test_drain_interrupts_a_run_past_the_grace_period_and_refuses_new_ones(

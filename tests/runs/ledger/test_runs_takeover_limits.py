@@ -10,6 +10,7 @@ from uuid import UUID, uuid4
 
 from tests.conftest import User
 from tests.runs.conftest import Harness, MakeHarness, intent_direct
+from tests.support.metrics import delta, scrape
 
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
@@ -45,6 +46,7 @@ async def test_a_process_takes_over_only_the_runs_it_has_room_for_and_the_rest_w
         sids = await _dead_runs(h, user, 6)  # three times the room
         for _ in range(6):
             h.stub.enqueue(intent_direct("answered after all", delay_seconds=0.3))
+        before = await scrape(h.client)
 
         await h.engine.runs.takeovers.take_over()
         assert h.engine.runs.admission.in_flight == 2
@@ -60,6 +62,11 @@ async def test_a_process_takes_over_only_the_runs_it_has_room_for_and_the_rest_w
         assert [(r["status"], r["takeovers"], r["error_code"]) for r in rows] == [("completed", 1, None)] * 6
         answers = [[m["content"] for m in await h.visible(user, str(sid))] for sid in sids]
         assert answers == [[f"question {i}", "answered after all"] for i in range(6)]
+        # For ops: six taken over, each from its start (no step stored), and finished here.
+        after = await scrape(h.client)
+        assert delta(before, after, "agent_runtime_runs_taken_over_total", resumed_from="start") == 6
+        assert delta(before, after, "agent_runtime_runs_taken_over_total", resumed_from="intent") == 0
+        assert delta(before, after, "agent_runtime_runs_finished_total", outcome="completed", error_code="") == 6
 
 
 async def test_runs_nobody_took_over_within_a_lease_or_past_the_most_takeovers_are_lost(
@@ -72,8 +79,10 @@ async def test_runs_nobody_took_over_within_a_lease_or_past_the_most_takeovers_a
         await h.engine.pool.execute("UPDATE agent_runs SET takeovers = 1 WHERE session_id = $1", retaken)
         await h.engine.pool.execute(EXPIRE, [waited], 31)  # expired longer ago than a lease: nobody had room
 
-        lost = {run.session_id for run in await h.engine.runs.store.sweep()}
+        before = await scrape(h.client)
 
-        assert {waited, retaken} <= lost
+        await h.engine.runs.leases.sweep_once()
+
         rows = await h.engine.pool.fetch(STATUSES, [waited, retaken])
         assert [(r["status"], r["error_code"]) for r in rows] == [("failed", "run_lost")] * 2
+        assert delta(before, await scrape(h.client), "agent_runtime_runs_lost_total") == 2

@@ -122,7 +122,8 @@ async def test_crewai_tools_are_offered_run_and_answered_like_ours(
 
 
 async def test_a_yaml_that_grants_an_unregistered_tool_stops_start_up(tmp_path: Path) -> None:
-    from agent_runtime.engine.flow.templates import TemplateConfigError, load_flow_templates
+    from agent_runtime.engine.flow.template_files import load_flow_templates
+    from agent_runtime.engine.flow.templates import TemplateConfigError
 
     config = _granting(tmp_path, "word_counter")
     try:

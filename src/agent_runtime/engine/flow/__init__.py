@@ -15,6 +15,7 @@ from agent_runtime.engine.flow.prompt import (
     build_global_system_prompt,
     build_stage_prompt_payload,
 )
+from agent_runtime.engine.flow.template_files import load_flow_templates
 from agent_runtime.engine.flow.templates import (
     ExecutionVariables,
     FlowTemplates,
@@ -22,7 +23,6 @@ from agent_runtime.engine.flow.templates import (
     OrganizationVariables,
     StageVariables,
     TemplateConfigError,
-    load_flow_templates,
 )
 from agent_runtime.engine.flow.tools import BUILTIN_TOOLS, ToolOutcome, ToolRegistry
 

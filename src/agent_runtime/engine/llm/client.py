@@ -13,23 +13,20 @@ from functools import partial
 from typing import Any
 
 from agent_runtime.engine.billing.cost import CostCalculator
-from agent_runtime.engine.billing.models import LLMUsage
 from agent_runtime.engine.billing.pricing import PricingTable
 from agent_runtime.engine.llm.call_builder import CallBuilder, CallTarget
 from agent_runtime.engine.llm.catalog import ModelCatalog
 from agent_runtime.engine.llm.errors import (
     LLMError,
-    LLMInvalidResponseError,
-    LLMStreamInterruptedError,
-    LLMTimeoutError,
     LLMUnavailableError,
     map_exception,
 )
 from agent_runtime.engine.llm.fallbacks import FallbackAnswer, FallbackChains
 from agent_runtime.engine.llm.litellm_import import load_litellm
-from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, UnfinishedCall, WireMessage
+from agent_runtime.engine.llm.models import LLMRequest, LLMResponse, WireMessage
 from agent_runtime.engine.llm.responses import ParsedMessage, StreamAccumulator, parse_completion
 from agent_runtime.engine.llm.retry import OverloadWait, RetryPolicy, is_overload
+from agent_runtime.engine.llm.unfinished import OnUnfinished, report_unfinished
 from agent_runtime.engine.llm.vision import image_models
 from agent_runtime.observability import metrics
 from agent_runtime.observability.tracing import COST_ATTRIBUTE, FALLBACK_FROM_ATTRIBUTE, mark_failed, model_call_span
@@ -43,12 +40,7 @@ is retried only while nothing has: a piece the caller kept to itself (say, JSON 
 count as delivered."""
 
 
-OnUnfinished = Callable[[UnfinishedCall], None]
-"""Takes the estimate of a call the provider bills although it gave no usage (cut by a cancel or a fault)."""
-
 Clock = Callable[[], datetime]
-# Cut off after the provider had begun to answer: DeepSeek bills what it processed, and no usage came back.
-_BILLED_WHEN_CUT = (LLMStreamInterruptedError, LLMTimeoutError, LLMInvalidResponseError)
 
 
 def _utc_now() -> datetime:
@@ -174,7 +166,9 @@ class LLMClient:
                     answer = await send(kwargs)
                 parsed = parse_completion(answer.raw)
             except BaseException as exc:
-                self._unfinished(on_unfinished, exc, target, kwargs, "", started)
+                report_unfinished(
+                    on_unfinished, exc, target, kwargs, "", at=started, costs=self.costs, secrets=self._secrets
+                )
                 raise
             return self._response(target, answer.model, parsed, started)
 
@@ -231,7 +225,16 @@ class LLMClient:
                     await _close(chunks)
                 parsed = accumulator.finish()
             except BaseException as exc:
-                self._unfinished(on_unfinished, exc, target, kwargs, accumulator.partial_output(), at)
+                report_unfinished(
+                    on_unfinished,
+                    exc,
+                    target,
+                    kwargs,
+                    accumulator.partial_output(),
+                    at=at,
+                    costs=self.costs,
+                    secrets=self._secrets,
+                )
                 raise
             return self._response(target, answer.model, parsed, at)
 
@@ -363,37 +366,6 @@ class LLMClient:
             reasoning=parsed.reasoning,
             fallback_from=target.model if model != target.model else None,
         )
-
-    def _unfinished(
-        self,
-        report: OnUnfinished | None,
-        exc: BaseException,
-        target: CallTarget,
-        kwargs: dict[str, Any],
-        output: str,
-        at: datetime,
-    ) -> None:
-        """Report what a cut attempt is billed, estimated (see the class docstring); nothing for a refusal (an
-        HTTP error status: not billed) or for the demo model."""
-        if report is None or target.is_demo:
-            return
-        cancelled = isinstance(exc, asyncio.CancelledError)
-        mapped = None if cancelled or not isinstance(exc, Exception) else map_exception(exc, secrets=self._secrets)
-        if not cancelled and not isinstance(mapped, _BILLED_WHEN_CUT):
-            return
-        litellm = load_litellm()
-        try:
-            # The tools array is part of the prompt the provider bills (rendered into its system turn).
-            prompt = int(
-                litellm.token_counter(model=target.model, messages=kwargs["messages"], tools=kwargs.get("tools"))
-            )
-            completion = int(litellm.token_counter(model=target.model, text=output)) if output else 0
-        except Exception:
-            logger.exception("could not count the tokens of an interrupted model call: model=%s", target.model)
-            return
-        usage = LLMUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-        reason = "cancelled" if mapped is None else mapped.code
-        report(UnfinishedCall(model=target.model, reason=reason, cost=self.costs.cost(target.model, usage, at=at)))
 
     async def _backoff(
         self, target: CallTarget, error: LLMError, delay: float, *, retries: int, overload: OverloadWait

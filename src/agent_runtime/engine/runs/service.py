@@ -16,7 +16,6 @@ from ag_ui.core import RunAgentInput
 
 from agent_runtime.engine.context import RequestContext
 from agent_runtime.engine.conversation.store import MessageStore
-from agent_runtime.engine.conversation.stored_messages import NewMessage
 from agent_runtime.engine.conversation.tokens import token_counter_for
 from agent_runtime.engine.errors import RunInProgressError
 from agent_runtime.engine.flow.contracts import STAGE_NAMES
@@ -32,20 +31,21 @@ from agent_runtime.engine.loop_executor import install as install_loop_executor
 from agent_runtime.engine.pagination import Page
 from agent_runtime.engine.profiles.service import ProfileService
 from agent_runtime.engine.runs.admission import Admission
-from agent_runtime.engine.runs.agui.hydrate import Hydration, hydrate_run_id, joined_after, made_here, thread_events
-from agent_runtime.engine.runs.agui.input import AguiRequest, is_legacy_client, read_agui_input
+from agent_runtime.engine.runs.agui.hydrate import Hydration
+from agent_runtime.engine.runs.agui.input import read_agui_input
 from agent_runtime.engine.runs.agui.mapper import AguiStream, log_endings
 from agent_runtime.engine.runs.events.emitter import RunEvents
 from agent_runtime.engine.runs.events.hub import RunEventHub, run_not_found
 from agent_runtime.engine.runs.events.log import LoggedEvent, RunEventLog
 from agent_runtime.engine.runs.events.state import RunStateTracker
 from agent_runtime.engine.runs.events.store import EventStore
-from agent_runtime.engine.runs.gateway.recorder import RunRecorder
-from agent_runtime.engine.runs.job import SETTLE_SECONDS, RunHandle, RunJob, Started, process_owner_id
-from agent_runtime.engine.runs.ledger.finish import CANCELLED, HANDED_OVER, RunEnding, RunFailure
+from agent_runtime.engine.runs.execution import RunExecution
+from agent_runtime.engine.runs.job import RunHandle, RunJob, Started, process_owner_id
+from agent_runtime.engine.runs.ledger.finish import CANCELLED, HANDED_OVER, RunFailure
 from agent_runtime.engine.runs.ledger.keeper import LeaseKeeper
-from agent_runtime.engine.runs.ledger.reservation import RunHold, RunReservation
-from agent_runtime.engine.runs.ledger.store import RunEnd, RunIdTakenError, RunStore, RunSummary, StartedRun
+from agent_runtime.engine.runs.ledger.reservation import RunReservation
+from agent_runtime.engine.runs.ledger.store import RunIdTakenError, RunStore, RunSummary, StartedRun
+from agent_runtime.engine.runs.reconnect import hydrate
 from agent_runtime.engine.runs.request.images import image_policy
 from agent_runtime.engine.runs.request.models import RunInput
 from agent_runtime.engine.runs.request.pending import PendingStore, SessionAguiState
@@ -59,11 +59,9 @@ from agent_runtime.engine.runs.request.turn_input import (
 )
 from agent_runtime.engine.runs.takeover.store import TakeoverStore
 from agent_runtime.engine.runs.takeovers import Takeovers
-from agent_runtime.engine.runs.turn.runner import TurnJob, TurnResult, TurnRunner
-from agent_runtime.engine.runs.turn.thread_view import visible_thread
+from agent_runtime.engine.runs.turn.runner import TurnJob, TurnRunner
 from agent_runtime.engine.runs.warmup import Warmup, WarmupState
 from agent_runtime.engine.user_memories.service import MemoryService
-from agent_runtime.observability import runs as observability
 from agent_runtime.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -108,7 +106,6 @@ class RunService:
             least_reserve=self._reservation.floor,
             most_takeovers=settings.run_max_takeovers,
         )
-        self._ending = RunEnding(self.store, deadline_seconds=settings.run_lease_seconds)
         self.leases = LeaseKeeper(
             self.store,
             heartbeat_seconds=settings.run_heartbeat_seconds,
@@ -135,9 +132,21 @@ class RunService:
             launch=self._launch,
         )
         self._pending = PendingStore(pool)
-        self._turns = TurnRunner(settings, pool, messages, templates, self._client, memories=self.memories)
-        self._stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
-        self._images = image_policy(self._stage_options, settings)
+        stage_options: dict[str, CallOptions] = {s: templates.call_options(s, settings) for s in STAGE_NAMES}
+        self._images = image_policy(stage_options, settings)
+        self._execution = RunExecution(
+            settings,
+            messages,
+            TurnRunner(settings, pool, messages, templates, self._client, memories=self.memories),
+            store=self.store,
+            reservation=self._reservation,
+            stage_options=stage_options,
+            admission=self.admission,
+            hub=self.hub,
+            takeovers=self.takeovers,
+            jobs=self._jobs,
+            warm=self.ensure_warm,
+        )
         prepare_agent(settings.data_dir)
 
     @property
@@ -196,23 +205,8 @@ class RunService:
                 offer_tools=self._settings.agui_frontend_tools,
             )
             if request.run_input is None:
-                return await self._hydrate(ctx, request, agui_input, last_event_id)
+                return await hydrate(ctx, request, agui_input, last_event_id, self.hub, self._messages, self.tool_map)
             return await self._start(ctx, request.session_id, request.run_input, request.thread)
-
-    async def _hydrate(
-        self, ctx: RequestContext, request: AguiRequest, agui_input: RunAgentInput, last_event_id: str | None
-    ) -> Hydration:
-        live = request.thread.live_run_id
-        if live is not None:
-            after = joined_after(live, last_event_id)
-            events = await self.hub.follow(ctx, request.session_id, live, after=after)
-            return Hydration(run_id=str(live), live_run_id=live, events=events)
-        run_id = hydrate_run_id(agui_input.run_id)
-        messages = await visible_thread(self._messages, ctx, request.session_id)
-        made = thread_events(request.thread, messages, self.tool_map)
-        legacy = is_legacy_client(agui_input.protocol_version)
-        events = made_here(made, thread_id=str(request.session_id), run_id=run_id, legacy=legacy)
-        return Hydration(run_id=run_id, live_run_id=None, events=events)
 
     async def _start(
         self, ctx: RequestContext, session_id: UUID, run_input: RunInput, thread: SessionAguiState | None
@@ -268,7 +262,7 @@ class RunService:
         )
         job = RunJob(ctx, started, turn, log)
         self._jobs[started.run_id] = job
-        job.task = asyncio.create_task(self._execute(job), name=f"run-{started.run_id}")
+        job.task = asyncio.create_task(self._execution.run(job), name=f"run-{started.run_id}")
         self._tasks.add(job.task)
         job.task.add_done_callback(self._tasks.discard)
 
@@ -310,101 +304,6 @@ class RunService:
             # Its run may be one whose process died and whose lease expired since the last sweep.
             swept = True
             await self.leases.sweep_once()
-
-    # -- execute -------------------------------------------------------------------------------------
-
-    async def _execute(self, job: RunJob) -> None:
-        run_id = str(job.run_id)
-        recorder = RunRecorder(self._messages, job.ctx, job.session_id, run_id)
-        observability.run_began(run_id, str(job.session_id))
-        log.info("run started", extra={"run_id": run_id, "session_id": str(job.session_id)})
-        try:
-            try:
-                async with asyncio.timeout(self._settings.run_timeout_seconds):
-                    await self.admission.after_starts()
-                    await self._turns.snapshots(job.turn)
-                    await asyncio.shield(self.ensure_warm())
-                    job.hold = RunHold(self.store, self._reservation, job.ctx, job.started)
-                    job.gateway = self._turns.gateway(job.turn, recorder, self._stage_options, job.hold)
-                    result = await self._turns.run(job.turn, job.gateway, recorder)
-            except BaseException as exc:
-                if job.stop_reason is CANCELLED:
-                    observability.run_cancelled()
-                    await self._cancelled(job, recorder)
-                    return
-                if job.stop_reason is HANDED_OVER:
-                    await self.takeovers.hand_over(job, recorder)
-                    return
-                failure = job.stop_reason or RunFailure.of(exc)
-                if job.gateway is not None:
-                    await job.gateway.settled(SETTLE_SECONDS)
-                await self._fail(job, failure, recorder.failed_rows(f"{failure.code}: {failure.message}"), exc)
-                if not isinstance(exc, Exception) and job.stop_reason is None:
-                    raise  # cancelled by someone who did not say why (e.g. the loop closing): stay cancelled
-                return
-            job.ending = True
-            job.route = result.route
-            waiting = result.waiting.model_dump(mode="json") if result.waiting is not None else None
-            end = await self._ending.record(job.ctx, job.started, "completed", result.rows, waiting=waiting)
-            if isinstance(end, RunFailure):
-                # The rows could not be stored (logged with the cause): record at least the failure.
-                await self._fail(job, end, [], None)
-                return
-            observability.run_completed()
-            await self._announce(job, end, result)
-            self._turns.remember(job.turn, result)  # long-term memories, in the background
-        finally:
-            self._jobs.pop(job.run_id, None)
-            self.admission.release()
-            await self.hub.close_log(job.log)
-
-    async def _cancelled(self, job: RunJob, recorder: RunRecorder) -> None:
-        """The user stopped the run: keep what it produced (the answer as far as it was streamed, marked
-        partial), record it completed (run status `cancelled`), and finish with outcome `cancelled`."""
-        job.ending = True
-        if (gateway := job.gateway) is not None:
-            await gateway.settled(SETTLE_SECONDS)
-        answer, message_id = (gateway.streamed_answer, gateway.answer_message_id) if gateway else ("", str(uuid4()))
-        rows = recorder.cancelled_rows(answer_text=answer, message_id=message_id, demo=self._settings.is_demo_model)
-        end = await self._ending.record(job.ctx, job.started, "completed", rows, run_status="cancelled")
-        log.info("run cancelled", extra={"run_id": str(job.run_id), "session_id": str(job.session_id)})
-        if isinstance(end, RunFailure):
-            await self._fail(job, end, [], None)
-            return
-        await self._announce(job, end, TurnResult(rows=[], route=job.route), cancelled=True)
-
-    async def _announce(self, job: RunJob, end: RunEnd, result: TurnResult, *, cancelled: bool = False) -> None:
-        if result.answer_message_id is not None:
-            try:
-                await self._turns.retract_unstored_text(job.turn, keep=result.answer_message_id)
-            except Exception:
-                log.exception("could not send the run's messages snapshot", extra={"run_id": str(job.run_id)})
-        self._turns.finished(job.turn, end.totals, result, cancelled=cancelled)
-        log.info("run completed", extra={"run_id": str(job.run_id), "route": job.route, "cost": str(end.totals.cost)})
-
-    async def _fail(self, job: RunJob, failure: RunFailure, rows: list[NewMessage], exc: BaseException | None) -> None:
-        error_id = uuid4().hex
-        observability.run_failed(failure.code, error_id)
-        log.error(
-            "run failed",
-            exc_info=exc if failure.code == "internal_error" else None,
-            extra={
-                "run_id": str(job.run_id),
-                "session_id": str(job.session_id),
-                "error_id": error_id,
-                "code": failure.code,
-                "reason": failure.message,
-            },
-        )
-        job.ending = True
-        try:
-            await self._ending.record(job.ctx, job.started, "failed", rows, error_code=failure.code, error_id=error_id)
-            await self._turns.retract_unstored_text(job.turn, keep=None)
-        except Exception:
-            log.exception("could not send the failed run's messages snapshot", extra={"run_id": str(job.run_id)})
-        finally:
-            job.turn.state.update(status="failed")
-            job.events.run_error(code=failure.code, message=f"{failure.message} (error_id {error_id})")
 
     # -- process life --------------------------------------------------------------------------------
 

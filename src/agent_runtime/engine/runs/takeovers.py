@@ -29,6 +29,7 @@ from agent_runtime.engine.runs.request.plan import TurnPlan
 from agent_runtime.engine.runs.takeover.decisions import takeover_decisions
 from agent_runtime.engine.runs.takeover.store import ClaimedRun, TakeoverStore
 from agent_runtime.engine.runs.turn.thread_view import visible_thread
+from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ class Takeovers:
         plan = TurnPlan(pending=None, continues=False, decisions=decisions, closing_results=[])
         log_extra = {"run_id": run_id, "session_id": thread_id, "takeover": claimed.takeovers}
         log.warning("run taken over from a process that stopped renewing its lease", extra=log_extra)
+        metrics.run_taken_over("start" if claimed.resumes is None else "intent")
         self._launch(ctx, claimed.started(), run_input, plan, events, stream.log, resumes=claimed.resumes)
 
     def may_hand_over(self, job: RunJob) -> bool:

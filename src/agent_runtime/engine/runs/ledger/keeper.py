@@ -23,6 +23,7 @@ from uuid import UUID
 
 from agent_runtime.db.outage import is_unavailable
 from agent_runtime.engine.runs.ledger.store import HeldRun, RunStore
+from agent_runtime.observability import metrics
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class LeaseKeeper:
                 },
             )
         if lost:
+            metrics.runs_lost(len(lost))
             self._on_lost({run.run_id for run in lost})
         repaired = await self._store.repair_logs(grace_seconds=_LOG_REPAIR_GRACE_SECONDS)
         if repaired:
