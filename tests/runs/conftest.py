@@ -26,7 +26,7 @@ import yaml
 from fastapi import FastAPI
 from pydantic import SecretStr
 from tests.conftest import User
-from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubReply, StubUsage
+from tests.stubs.deepseek_stub import DeepSeekStub, RecordedRequest, StubHold, StubReply, StubUsage
 from tests.stubs.summaries import summary_reply
 from tests.support.rows import stored_rows
 
@@ -231,6 +231,13 @@ class RunResult:
 
 
 @dataclass
+class HeldRun:
+    session_id: str
+    hold: StubHold
+    result: asyncio.Task[RunResult]
+
+
+@dataclass
 class Harness:
     """One app on one stub: HTTP client, engine and helpers."""
 
@@ -248,6 +255,17 @@ class Harness:
         response = await self.client.post("/v1/sessions", headers=user.headers, json={})
         assert response.status_code == 201, response.text
         return str(response.json()["id"])
+
+    async def held_run(self, user: User, answer: str) -> HeldRun:
+        """A run of "hello" in a new session, in its model call, which waits on the stub's hold: until the hold is
+        released, only something else ends the run (a drain, a lost lease)."""
+        await self.engine.runs.ensure_warm()  # LiteLLM and CrewAI loaded: the run reaches the model soon
+        sid = await self.new_session(user)
+        hold = self.stub.hold_replies()
+        self.stub.enqueue(intent_direct(answer))
+        result = asyncio.create_task(self.run(user, sid, "hello"))
+        await wait_for_model_call(self.stub)
+        return HeldRun(session_id=sid, hold=hold, result=result)
 
     async def run(self, user: User, session_id: str, message: str, **body: Any) -> RunResult:
         response = await self.client.post(

@@ -17,10 +17,8 @@ from tests.runs.conftest import (
     STAGE_START,
     Harness,
     MakeHarness,
-    intent_direct,
     run_error_id,
     types,
-    wait_for_model_call,
 )
 from tests.support.metrics import delta, scrape
 
@@ -37,13 +35,9 @@ async def test_drain_hands_a_run_past_the_grace_period_over_when_takeovers_are_o
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     async with make_harness(shutdown_grace_seconds=0.3, run_max_takeovers=2) as timed:
-        await timed.engine.runs.ensure_warm()
         user = make_user()
-        sid = await timed.new_session(user)
-        hold = timed.stub.hold_replies()  # the model never answers: only the drain can end this run here
-        timed.stub.enqueue(intent_direct("answered elsewhere"))
-        running = asyncio.create_task(timed.run(user, sid, "hello"))
-        await wait_for_model_call(timed.stub)
+        held = await timed.held_run(user, "answered elsewhere")
+        sid, hold, running = held.session_id, held.hold, held.result
         before = await scrape(timed.client)
 
         async with asyncio.timeout(30):
@@ -69,13 +63,9 @@ async def test_drain_interrupts_a_run_past_the_grace_period_and_refuses_new_ones
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     async with make_harness(shutdown_grace_seconds=0.3) as timed:
-        await timed.engine.runs.ensure_warm()  # LiteLLM and CrewAI loaded: the run below reaches the model soon
         user = make_user()
-        sid = await timed.new_session(user)
-        hold = timed.stub.hold_replies()  # the model never answers: only the drain can end this run
-        timed.stub.enqueue(intent_direct("never sent"))
-        running = asyncio.create_task(timed.run(user, sid, "hello"))
-        await wait_for_model_call(timed.stub)
+        held = await timed.held_run(user, "never sent")
+        sid, hold, running = held.session_id, held.hold, held.result
 
         other = await timed.new_session(user)  # before the drain: from then on every request is refused
         draining = asyncio.create_task(timed.engine.runs.drain())
@@ -112,13 +102,9 @@ async def test_drain_lets_a_run_finish_within_the_grace_period_and_waits_for_it(
     make_harness: MakeHarness, make_user: Callable[[], User]
 ) -> None:
     async with make_harness(shutdown_grace_seconds=60) as h:
-        await h.engine.runs.ensure_warm()
         user = make_user()
-        sid = await h.new_session(user)
-        hold = h.stub.hold_replies()
-        h.stub.enqueue(intent_direct("just in time"))
-        running = asyncio.create_task(h.run(user, sid, "hello"))
-        await wait_for_model_call(h.stub)
+        held = await h.held_run(user, "just in time")
+        sid, hold, running = held.session_id, held.hold, held.result
 
         other = await h.new_session(user)
         draining = asyncio.create_task(h.engine.runs.drain())

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from uuid import UUID, uuid4
 
 from tests.conftest import User
-from tests.runs.conftest import MakeHarness, intent_direct, run_error_id, types, wait_for_model_call
+from tests.runs.conftest import MakeHarness, intent_direct, run_error_id, types
 
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
@@ -28,13 +28,9 @@ async def test_a_run_whose_lease_was_taken_over_stops_calling_the_model_and_ends
 ) -> None:
     async with make_harness() as h:
         await h.engine.runs.leases.stop()
-        await h.engine.runs.ensure_warm()
         user = make_user()
-        sid = await h.new_session(user)
-        hold = h.stub.hold_replies()  # the model never answers: only losing the lease can end this run
-        h.stub.enqueue(intent_direct("never sent"))
-        running = asyncio.create_task(h.run(user, sid, "hello"))
-        await wait_for_model_call(h.stub)
+        held = await h.held_run(user, "never sent")
+        sid, hold, running = held.session_id, held.hold, held.result
 
         # This process stalled past its lease, and another replica's sweep took the session over.
         await h.engine.pool.execute(EXPIRE, UUID(sid))
