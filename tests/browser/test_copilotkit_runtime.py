@@ -6,6 +6,7 @@ with our hydrate: the stored thread, the interrupt it waits for, or its live run
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -137,3 +138,18 @@ async def test_a_reconnecting_page_joins_the_live_run(live: Live, settings: Sett
     assert types(second["events"])[-1] == "RUN_FINISHED" and second["events"][-1] == first["events"][-1]
     (run,) = (await thread.get(f"/v1/sessions/{thread.id}/runs"))["items"]
     assert run["id"] == first["events"][0]["runId"] and run["status"] == "completed", run
+
+
+async def test_a_page_connecting_to_a_thread_we_do_not_know_gets_nothing_and_a_bad_token_an_error(
+    live: Live, settings: Settings
+) -> None:
+    thread = await new_thread(live, settings)
+    # Someone else's thread, or one never created: nothing to connect to, as CopilotKit's own runner answers.
+    stranger = Thread(live, mint_token(settings, uuid4()), thread.id)
+    assert await stranger.runtime("connect") == []
+    assert await Thread(live, thread.token, str(uuid4())).runtime("connect") == []
+
+    expired = Thread(live, mint_token(settings, uuid4(), ttl=timedelta(seconds=-60)), thread.id)
+    # Not dropped silently, as the runtime's connect endpoint drops errors: our 401, said in the stream.
+    refused = {"type": "RUN_ERROR", "code": "unauthorized", "message": "token expired"}
+    assert await expired.runtime("connect") == [refused]
