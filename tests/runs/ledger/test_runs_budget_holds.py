@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,10 +27,12 @@ from tests.runs.conftest import (
     intent_needs,
     money,
     organized,
+    stage_of,
+    stage_request_text,
     types,
     usage,
 )
-from tests.stubs.deepseek_stub import StubReply
+from tests.stubs.deepseek_stub import RecordedRequest, StubReply
 
 from agent_runtime.engine.conversation.metadata import UserInputMetadata
 from agent_runtime.engine.conversation.stored_messages import NewMessage
@@ -123,7 +126,10 @@ async def test_a_run_whose_hold_cannot_grow_ends_with_budget_exceeded_before_the
         sid = await h.new_session(user)
         # Every answer breaks the intent contract: each repair is another call, each billed about half the budget.
         h.stub.responder = lambda request: StubReply(content="not json", usage=usage(30_000, 200))
+        started = time.monotonic()
         result = await h.run(user, sid, "go")
+        # No other run of the user's could give room back: refused at once, not after waiting for one.
+        assert time.monotonic() - started < 5
 
         assert types(result.events)[-1] == "RUN_ERROR", result.body
         ended = result.events[-1]
@@ -162,6 +168,46 @@ async def test_a_hold_grows_by_what_the_next_call_misses_so_a_run_near_the_edge_
         assert 256 <= asked[2] < 2048, asked
         spent = await daily_budget(h, user)
         assert (spent["spent"], spent["reserved"]) == (money(3 * cny_cost(30_000, 200)), money(Decimal(0)))
+        assert Decimal(spent["spent"]) <= budget
+
+
+async def test_a_run_at_the_edge_waits_for_the_users_other_run_to_give_its_hold_back(
+    make_harness: MakeHarness, make_user: Callable[[], User]
+) -> None:
+    async with make_harness(**CALIBRATED_WINDOW) as probe:
+        chunk = chunk_of(probe)
+    # Room for two new runs' holds (a chunk each) and not for the second one's growth, until the first ends.
+    budget = chunk * Decimal("2.1")
+    billed = usage(30_000, 200)
+
+    def respond(request: RecordedRequest) -> StubReply:
+        if stage_request_text(request).startswith("slow"):
+            return intent_direct("slow and cheap", usage=usage(1000, 200), delay_seconds=2.0)
+        stage = stage_of(request)
+        if stage == "execution":
+            return execution_done("42", {"result": "42"}, usage=billed)
+        if stage == "organization":
+            return organized("It is 42.", usage=billed)
+        return intent_needs("Compute 6*7.", usage=billed)
+
+    async with make_harness(**CALIBRATED_WINDOW, user_daily_budget_cny=budget) as h:
+        user = make_user()
+        slow, edge = await h.new_session(user), await h.new_session(user)
+        h.stub.responder = respond
+        first = asyncio.create_task(h.run(user, slow, "slow one"))
+        async with asyncio.timeout(30):
+            await h.stub.wait_for_requests(1)  # admitted, holding a chunk, in its 2 s call
+
+        started = time.monotonic()
+        result = await h.run(user, edge, "what is 6*7?")
+
+        # Its last call waited for the first run to end and give back what it held beyond its cost.
+        assert types(result.events)[-1] == "RUN_FINISHED", result.body
+        assert time.monotonic() - started > 1.0
+        assert types((await first).events)[-1] == "RUN_FINISHED"
+        spent = await daily_budget(h, user)
+        cost = 3 * cny_cost(30_000, 200) + cny_cost(1000, 200)
+        assert (spent["spent"], spent["reserved"]) == (money(cost), money(Decimal(0)))
         assert Decimal(spent["spent"]) <= budget
 
 

@@ -205,6 +205,12 @@ UPDATE agent_chat_sessions s
 RETURNING run_reserved_cny
 """
 
+# What the user's other runs in progress hold: room one of them may free when it settles.
+OTHERS_HOLD_SQL = """
+SELECT coalesce(sum(run_reserved_cny), 0) FROM agent_chat_sessions
+ WHERE user_id = $1 AND id <> $2 AND status = 'running'
+"""
+
 TAKEOVERS_SQL = "SELECT takeovers FROM agent_runs WHERE id = $1 AND user_id = $2"
 
 # A run the sweep failed finished after all and stored its rows: they hold what it spent, so the sweep's charge goes.

@@ -14,8 +14,9 @@ the dearest task's price and largest `max_tokens`), which is also what a user wi
 So the budget refuses a run once less than about two typical runs' cost is left, not once less than a chunk is.
 Before each call, the hold grows by exactly what it misses, in one statement that the same trigger checks. When
 the budget has less room than that, the hold takes the room and the call's `max_tokens` is bounded to fit in
-it, if at least `_LEAST_OUTPUT` tokens (or the call's own `max_tokens`, when smaller) still fit; else the run
-ends with `budget_exceeded` before the call is sent. The hold never shrinks while the run runs (another run
+it, if at least `_LEAST_OUTPUT` tokens (or the call's own `max_tokens`, when smaller) still fit; else, while the
+user's other runs in progress hold money, it waits for them to give room back (up to `_ROOM_WAIT_SECONDS`), and
+then the run ends with `budget_exceeded` before the call is sent. The hold never shrinks while the run runs (another run
 could take the room back); it is settled when the run ends.
 
 Why not the whole run's worst case up front: with the default tasks (18 calls with repairs, inputs growing to
@@ -27,7 +28,9 @@ for what they generated before the fault), and the tokenizer's error against the
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -47,6 +50,9 @@ _PER_MILLION = Decimal(1_000_000)
 # tool call. A call that cannot get that many is refused instead (the run ends `budget_exceeded`).
 _LEAST_OUTPUT = 256
 _GROW_ATTEMPTS = 3
+# How long a run at the budget's edge waits for the user's other runs to give room back, and how often it looks.
+_ROOM_WAIT_SECONDS = 10.0
+_ROOM_POLL_SECONDS = 0.25
 
 
 class RunReservation:
@@ -220,7 +226,23 @@ class RunHold:
                 return await self._store.grow_hold(
                     self._ctx, self._session_id, self._run_id, missing, at_least=at_least
                 )
-            except BudgetExceededError:
+            except BudgetExceededError as exc:
                 if at_least >= missing or (at_least > 0 and attempt == _GROW_ATTEMPTS - 1):
-                    raise
+                    return await self._grow_once_room_frees(missing, at_least, exc)
         return self.held
+
+    async def _grow_once_room_frees(self, missing: Decimal, at_least: Decimal, refused: BudgetExceededError) -> Decimal:
+        """The budget has no room now, but the user's other runs in progress may: each one that ends gives back the
+        part of its hold it did not spend (at a budget's edge, most of it). Wait for that, up to
+        _ROOM_WAIT_SECONDS, before the run ends `budget_exceeded` (it used to at once: of runs started together at
+        the edge, some failed while their budget ended with room to spare, tests/test_budget_edge.py)."""
+        deadline = time.monotonic() + _ROOM_WAIT_SECONDS
+        while time.monotonic() < deadline and await self._store.others_hold(self._ctx, self._session_id) > 0:
+            await asyncio.sleep(_ROOM_POLL_SECONDS)
+            try:
+                return await self._store.grow_hold(
+                    self._ctx, self._session_id, self._run_id, missing, at_least=at_least
+                )
+            except BudgetExceededError as exc:
+                refused = exc
+        raise refused

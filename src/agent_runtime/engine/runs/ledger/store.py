@@ -37,6 +37,7 @@ from agent_runtime.engine.runs.ledger.repository import (
     FINISH_SQL,
     GROW_HOLD_SQL,
     LIST_SQL,
+    OTHERS_HOLD_SQL,
     RENEW_SQL,
     REPAIR_SQL,
     SETTLE_LATE_SQL,
@@ -247,6 +248,10 @@ class RunStore:
         if held is None:
             raise RunLostError("the run lost its lease on the session (it was taken over)")
         return Decimal(held)
+
+    async def others_hold(self, ctx: RequestContext, session_id: UUID) -> Decimal:
+        """What the user's runs in progress on their other sessions hold against the budgets."""
+        return Decimal(await self._pool.fetchval(OTHERS_HOLD_SQL, ctx.user_id, session_id))
 
     async def _require_session(self, ctx: RequestContext, session_id: UUID) -> None:
         found = await self._pool.fetchval(SESSION_OWNED_SQL, session_id, ctx.user_id)
